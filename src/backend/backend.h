@@ -1,0 +1,198 @@
+// Backend: the one interface of ops the model graph runs on (DESIGN.md, "Backends and kernels").
+//
+// Two implementations: backend/cpu (the fp32 reference, used by CI and as the oracle of the CUDA
+// kernels) and backend/cuda. Every op has exactly one entry point here; an implementation checks
+// its tensors once at that entry point and dispatches over (dtype, KV dtype, head_dim, group) into
+// templates. An unsupported combination throws serve8::Error, never runs a slow path.
+//
+// All tensors passed to ops live in the backend's memory (device memory for CUDA). Ops are
+// asynchronous on the backend's stream; copy_to_host and synchronize wait.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace serve8 {
+
+// The shape of one forward step, as host arrays built by the engine. Sequences are laid out one
+// after another. Sequence b has kv_len = kv_indptr[b+1] - kv_indptr[b] tokens in the KV cache
+// after this step, of which the last q_len = qo_indptr[b+1] - qo_indptr[b] are new in this step
+// (prefill/extend: q_len >= 1 over a cached prefix of kv_len - q_len tokens; decode: q_len == 1).
+// New token i of sequence b attends causally to KV positions [0, kv_len - q_len + i].
+struct ForwardBatch {
+  std::vector<int32_t> tokens;      // [T] token ids of the new tokens
+  std::vector<int32_t> positions;   // [T] their positions (RoPE)
+  std::vector<int32_t> out_slots;   // [T] the pool slot each new token's K/V is written to
+  std::vector<int32_t> qo_indptr;   // [B+1]
+  std::vector<int32_t> kv_indptr;   // [B+1]
+  std::vector<int32_t> kv_indices;  // [kv_indptr[B]] pool slots of each sequence, in position order
+  int num_seqs() const { return qo_indptr.empty() ? 0 : static_cast<int>(qo_indptr.size()) - 1; }
+  int num_tokens() const { return static_cast<int>(tokens.size()); }
+  // Throws serve8::Error if the arrays disagree (sizes, monotone indptrs, q_len <= kv_len).
+  void validate() const;
+};
+
+// A ForwardBatch copied into backend memory. Pointers are device pointers on CUDA and point into
+// the ForwardBatch itself on the CPU. `host` stays valid for the duration of the step.
+struct DeviceBatch {
+  const ForwardBatch* host = nullptr;
+  Tensor tokens, positions, out_slots, qo_indptr, kv_indptr, kv_indices;  // int32
+  Tensor last_token_rows;  // [B] int32: row of each sequence's last new token (LM head input)
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int max_q_len = 0;
+  int max_kv_len = 0;
+};
+
+// KV cache geometry. Storage dtype is one of fp32 (CPU only), bf16, fp16, fp8_e5m2, fp8_e4m3.
+struct KvCacheConfig {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::kBF16;
+  int64_t num_slots = 0;  // slot 0 is reserved by the allocator (kv/), but has storage
+  size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * head_dim * dtype_size(dtype); }
+};
+
+// Scales of the stored values: stored = value / scale, value = stored * scale. One scale per
+// layer and KV head ([num_layers * num_kv_heads], layer-major); a per-layer scale is repeated
+// over the heads. All 1.0 for formats that need none.
+struct KvScales {
+  std::vector<float> k, v;
+  static KvScales ones(int num_layers, int num_kv_heads);
+};
+
+// One layer's slice of the pool, as the kernels see it.
+struct KvLayer {
+  Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
+  Tensor k_scale, v_scale;  // [num_kv_heads] fp32
+};
+
+// The KV pool's storage: one buffer per layer for K and for V, owned by the backend.
+class KvCache {
+ public:
+  virtual ~KvCache() = default;
+  virtual const KvCacheConfig& config() const = 0;
+  virtual KvLayer layer(int i) const = 0;
+  // Replaces the scales (E4M3 calibration); sizes as KvScales.
+  virtual void set_scales(const KvScales& scales) = 0;
+};
+
+// Per-row sampling controls. temperature == 0 means greedy (argmax, lowest id on ties).
+// top_k <= 0 and top_p >= 1 and min_p <= 0 disable those filters. The random draw of row r at
+// step s is a pure function of (seed, step), so a request samples the same tokens whatever else
+// is in the batch.
+struct SamplingRow {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = -1;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;
+};
+
+// The uniform draw in [0, 1) used by every sampler for (seed, step): counter-based, shared by host
+// and device code so the CPU and CUDA samplers pick the same token from the same distribution.
+SERVE8_HD float sampling_uniform(uint64_t seed, uint64_t step) {
+  // splitmix64 over a combination of the two counters.
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + step + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z = z ^ (z >> 31);
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 random bits
+}
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;         // "cpu", "cuda"
+  virtual DType compute_dtype() const = 0;      // weights and activations: fp32 on CPU, bf16 on CUDA
+  virtual std::string device_description() const = 0;
+
+  // Memory. alloc returns zero-filled memory.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void copy_to_device(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;  // waits for pending work
+  virtual void synchronize() = 0;
+  // Bytes of memory the backend could still allocate (the pool sizes itself from it); 0 if unknown.
+  virtual size_t free_memory() const = 0;
+
+  virtual std::unique_ptr<KvCache> create_kv_cache(const KvCacheConfig& config, const KvScales& scales) = 0;
+  // Copies the batch into backend memory (fixed buffers on CUDA, so a captured graph replays it).
+  virtual DeviceBatch upload_batch(const ForwardBatch& batch) = 0;
+
+  // ---- ops; shapes in brackets, T = tokens in the step, B = sequences ----
+  // out[t] = table[ids[t]]; table [V, H], out [T, H].
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
+  // out = x * rsqrt(mean(x^2) + eps) * weight, per row; x, out [T, H]; weight [H].
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
+  // residual += x; out = rmsnorm(residual) (the fused residual add between sub-layers).
+  virtual void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) = 0;
+  // out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). out may be fp32 when x is bf16/fp16 (logits).
+  virtual void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+  // Rotates q [T, Hq, D] and k [T, Hkv, D] in place by positions [T], HF "rotate half" layout
+  // (pairs (i, i + D/2)); inv_freq [D/2] fp32 holds the (possibly llama3-scaled) frequencies.
+  virtual void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) = 0;
+  // Writes k, v [T, Hkv, D] into the layer's pool at batch.out_slots: divide by the scale,
+  // saturate and convert to the storage dtype (core/dtype.h, bit for bit), in one pass.
+  virtual void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) = 0;
+  // Paged attention over the pool for every new token of the batch (prefill/extend and decode
+  // rows alike; see ForwardBatch). q, out [T, Hq, D]; Hq = group * Hkv. Reads the pool in its
+  // storage dtype, dequantizes in registers; k_scale folds into the softmax scale, v_scale into
+  // the output.
+  virtual void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
+                         Tensor out) = 0;
+  // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
+  virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+  // out[i] = x[rows[i]]; rows int32.
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
+  // Picks one token per row of logits [B, V] (fp32); writes B ids to out_ids (host memory).
+  virtual void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) = 0;
+};
+
+// Owning handle of backend memory, freed on destruction.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& backend, size_t bytes) : backend_(&backend), data_(bytes ? backend.alloc(bytes) : nullptr), bytes_(bytes) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      o.data_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Tensor view(DType t, std::initializer_list<int64_t> dims) const { return Tensor(data_, t, dims); }
+  void reset() {
+    if (data_) backend_->free(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Creates "cpu" or "cuda" (throws where CUDA was not built or no GPU is present).
+std::unique_ptr<Backend> create_backend(const std::string& device);
+bool cuda_available();
+
+}  // namespace serve8

@@ -1,0 +1,32 @@
+#include "backend/backend.h"
+
+#include "core/error.h"
+
+namespace serve8 {
+
+void ForwardBatch::validate() const {
+  const size_t t = tokens.size();
+  SERVE8_CHECK(positions.size() == t && out_slots.size() == t,
+               "forward batch: {} tokens but {} positions and {} out_slots", t, positions.size(), out_slots.size());
+  SERVE8_CHECK(!qo_indptr.empty() && qo_indptr.size() == kv_indptr.size(),
+               "forward batch: qo_indptr has {} entries, kv_indptr {}", qo_indptr.size(), kv_indptr.size());
+  SERVE8_CHECK(qo_indptr.front() == 0 && kv_indptr.front() == 0, "forward batch: indptrs must start at 0");
+  SERVE8_CHECK(static_cast<size_t>(qo_indptr.back()) == t, "forward batch: qo_indptr ends at {}, expected {}",
+               qo_indptr.back(), t);
+  SERVE8_CHECK(static_cast<size_t>(kv_indptr.back()) == kv_indices.size(),
+               "forward batch: kv_indptr ends at {}, but there are {} kv_indices", kv_indptr.back(), kv_indices.size());
+  for (int b = 0; b < num_seqs(); ++b) {
+    const int q = qo_indptr[b + 1] - qo_indptr[b];
+    const int kv = kv_indptr[b + 1] - kv_indptr[b];
+    SERVE8_CHECK(q >= 1 && kv >= q, "forward batch: sequence {} has {} new tokens and {} kv tokens", b, q, kv);
+  }
+}
+
+KvScales KvScales::ones(int num_layers, int num_kv_heads) {
+  KvScales s;
+  s.k.assign(static_cast<size_t>(num_layers) * num_kv_heads, 1.0f);
+  s.v = s.k;
+  return s;
+}
+
+}  // namespace serve8
