@@ -122,6 +122,8 @@ class Backend {
   virtual void synchronize() = 0;
   // Bytes of memory the backend could still allocate (the pool sizes itself from it); 0 if unknown.
   virtual size_t free_memory() const = 0;
+  // Bytes of memory the device has in all (--mem-fraction-static is a fraction of it); 0 if unknown.
+  virtual size_t total_memory() const { return 0; }
 
   virtual std::unique_ptr<KvCache> create_kv_cache(const KvCacheConfig& config, const KvScales& scales) = 0;
   // Copies the batch into backend memory (fixed buffers on CUDA, so a captured graph replays it).

@@ -1,0 +1,15 @@
+// Each subcommand registers its flags on the root app and, when chosen, hands main() the action
+// to run after parsing.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace serve8 {
+
+using SetAction = std::function<void(std::function<int()>)>;
+
+void register_generate(CLI::App& root, SetAction set_action);
+void register_convert(CLI::App& root, SetAction set_action);
+
+}  // namespace serve8

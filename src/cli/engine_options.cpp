@@ -1,0 +1,32 @@
+#include "cli/engine_options.h"
+
+namespace serve8 {
+
+void add_engine_options(CLI::App& app, EngineArgs& a) {
+  app.add_option("--model-path,--model", a.model_path, "HF model directory (config.json, *.safetensors)");
+  app.add_option("--tokenizer-path", a.tokenizer_path, "tokenizer directory or file (default: the model's)");
+  app.add_option("--load-format", a.load_format, "auto | safetensors | dummy (seeded random weights)");
+  app.add_option("--device", a.device, "auto | cpu | cuda");
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto | fp32 (cpu) | bf16 | fp16 | fp8_e5m2 | fp8_e4m3");
+  app.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (default: from memory)");
+  app.add_option("--mem-fraction-static", a.mem_fraction_static, "fraction of GPU memory for weights + KV pool");
+  app.add_option("--context-length", a.context_length, "longest prompt + output (default: the model's)");
+  app.add_option("--random-seed", a.seed, "seed of dummy weights");
+  app.add_option("--max-running-requests", a.scheduler.max_running_requests, "most requests in a batch");
+  app.add_option("--chunked-prefill-size", a.scheduler.chunked_prefill_size, "most prompt tokens of one request per step");
+  app.add_option("--max-prefill-tokens", a.scheduler.max_prefill_tokens, "most prompt tokens per step");
+  app.add_flag("--disable-radix-cache", a.scheduler.disable_radix_cache, "turn the prefix cache off");
+}
+
+void add_sampling_options(CLI::App& app, SamplingParams& p) {
+  app.add_option("--max-new-tokens", p.max_new_tokens, "tokens to generate at most");
+  app.add_option("--temperature", p.temperature, "0 = greedy");
+  app.add_option("--top-p", p.top_p);
+  app.add_option("--top-k", p.top_k);
+  app.add_option("--min-p", p.min_p);
+  app.add_option("--seed", p.seed, "sampling seed");
+  app.add_option("--stop", p.stop, "stop strings");
+  app.add_flag("--ignore-eos", p.ignore_eos, "keep going past EOS");
+}
+
+}  // namespace serve8

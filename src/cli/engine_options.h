@@ -1,0 +1,13 @@
+// The engine flags every subcommand that loads a model shares, spelled as SGLang spells them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+
+namespace serve8 {
+
+void add_engine_options(CLI::App& app, EngineArgs& args);
+void add_sampling_options(CLI::App& app, SamplingParams& params);
+
+}  // namespace serve8

@@ -1,0 +1,31 @@
+// serve8: one binary, one subcommand per job.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"serve8: an LLM serving engine with an FP8 KV cache"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug | info | warning | error");
+  std::function<int()> action;
+  auto set_action = [&action](std::function<int()> f) { action = std::move(f); };
+  serve8::register_generate(app, set_action);
+  serve8::register_convert(app, set_action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  serve8::init_logging(log_level);
+  try {
+    return action ? action() : 0;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,97 @@
+// create_engine: turns command-line arguments into a backend, a model, a KV pool sized to the
+// memory left, and a tokenizer.
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+
+namespace serve8 {
+
+namespace {
+
+// The KV dtype a user asked for, checked against what the backend can store.
+DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
+  if (name == "auto") return backend.compute_dtype();
+  const DType t = parse_dtype(name);
+  SERVE8_CHECK(t != DType::kF32 || backend.name() == "cpu",
+               "--kv-cache-dtype fp32 is only supported on the CPU backend");
+  return t;
+}
+
+int64_t pool_slots(const EngineArgs& args, const Backend& backend, const LlamaModel& model, size_t bytes_per_token) {
+  if (args.max_total_tokens > 0) return args.max_total_tokens + 1;  // + the reserved slot 0
+  const size_t total = backend.total_memory();
+  const size_t free = backend.free_memory();
+  if (backend.name() != "cpu" && total > 0) {
+    // --mem-fraction-static of the device is for weights, activations and the pool together; the
+    // first two are already allocated, so the pool takes what is left of the fraction.
+    const double budget = args.mem_fraction_static * static_cast<double>(total) -
+                          static_cast<double>(total - free);
+    SERVE8_CHECK(budget > static_cast<double>(bytes_per_token) * 16,
+                 "--mem-fraction-static {} leaves no room for the KV pool: {:.2f} GiB in use of {:.2f} GiB",
+                 args.mem_fraction_static, static_cast<double>(total - free) / (1 << 30),
+                 static_cast<double>(total) / (1 << 30));
+    return static_cast<int64_t>(budget / static_cast<double>(bytes_per_token));
+  }
+  // CPU: a modest default, never more than a quarter of free memory.
+  int64_t n = 65536;
+  if (free > 0) n = std::min<int64_t>(n, static_cast<int64_t>(free / 4 / bytes_per_token));
+  (void)model;
+  return std::max<int64_t>(n, 64);
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
+  std::string device = args.device;
+  if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
+  std::unique_ptr<Backend> backend = create_backend(device);
+  spdlog::info("backend: {} ({})", backend->name(), backend->device_description());
+
+  SchedulerConfig sc = args.scheduler;
+  sc.chunked_prefill_size = std::min(sc.chunked_prefill_size, sc.max_prefill_tokens);
+  const int max_tokens = sc.max_prefill_tokens + sc.max_running_requests;
+  LoadOptions lo;
+  lo.model_path = args.model_path;
+  lo.load_format = args.load_format;
+  lo.seed = args.seed;
+  std::unique_ptr<LlamaModel> model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
+  const ModelConfig& mc = model->config();
+  sc.context_length = args.context_length > 0 ? args.context_length : mc.max_position_embeddings;
+
+  KvCacheConfig kc;
+  kc.num_layers = mc.num_layers;
+  kc.num_kv_heads = mc.num_kv_heads;
+  kc.head_dim = mc.head_dim;
+  kc.dtype = resolve_kv_dtype(args.kv_cache_dtype, *backend);
+  kc.num_slots = pool_slots(args, *backend, *model, kc.bytes_per_token());
+  KvScales scales = KvScales::ones(mc.num_layers, mc.num_kv_heads);
+  if (kc.dtype == DType::kFP8E4M3) {
+    spdlog::warn(
+        "--kv-cache-dtype fp8_e4m3: no k/v scales were found in the checkpoint and no "
+        "--quantization-param-path was given; using 1.0 for every layer. Values beyond +-448 will saturate; "
+        "run `serve8 calibrate` to measure scales");
+  }
+  std::unique_ptr<KvCache> kv = backend->create_kv_cache(kc, scales);
+  spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}",
+               kc.num_slots - 1, dtype_name(kc.dtype), kc.bytes_per_token(),
+               static_cast<double>(kc.bytes_per_token() * static_cast<size_t>(kc.num_slots)) / (1 << 30),
+               sc.max_running_requests);
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tok_path = args.tokenizer_path;
+  if (tok_path.empty()) {
+    std::filesystem::path p(args.model_path);
+    tok_path = std::filesystem::is_directory(p) ? p.string() : p.parent_path().string();
+  }
+  try {
+    tokenizer = load_tokenizer(tok_path);
+  } catch (const Error& e) {
+    if (!args.tokenizer_path.empty()) throw;
+    spdlog::warn("no tokenizer at {}: requests must send token ids ({})", tok_path, e.what());
+  }
+  return std::make_unique<Engine>(std::move(backend), std::move(model), std::move(kv), std::move(tokenizer), sc);
+}
+
+}  // namespace serve8

@@ -1,0 +1,108 @@
+// Engine: the scheduler thread and the channels that connect it to request threads (DESIGN.md).
+//
+// HTTP threads call submit()/abort(); the scheduler thread owns the backend, the model, the KV
+// pool and the radix cache, and pushes each request's OutputEvents into that request's stream.
+// The inbox and the streams are the only state shared between threads.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serve8 {
+
+// One request's output channel: the scheduler pushes, the request's thread pops.
+class RequestStream {
+ public:
+  void push(const OutputEvent& ev);
+  // Waits up to `timeout` for the next event; nullopt on timeout.
+  std::optional<OutputEvent> next(std::chrono::milliseconds timeout);
+  const std::string& rid() const { return rid_; }
+
+ private:
+  friend class Engine;
+  std::string rid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<OutputEvent> events_;
+};
+
+// Everything needed to build an engine, as the command line gives it.
+struct EngineArgs {
+  std::string model_path;
+  std::string tokenizer_path;        // empty: the model directory
+  std::string load_format = "auto";  // auto | safetensors | dummy
+  std::string device = "auto";       // auto | cpu | cuda
+  std::string kv_cache_dtype = "auto";
+  int64_t max_total_tokens = 0;      // 0: from memory (GPU) or a CPU default
+  double mem_fraction_static = 0.88;
+  int context_length = 0;            // 0: the model's max_position_embeddings
+  uint64_t seed = 0;
+  SchedulerConfig scheduler;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Backend> backend, std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> kv,
+         std::unique_ptr<Tokenizer> tokenizer, const SchedulerConfig& config);
+  ~Engine();
+
+  // Starts the scheduler thread. Without start(), run_until_idle() drives the scheduler inline.
+  void start();
+  // Stops accepting work; with drain, finishes what is queued and running first, else aborts it.
+  void shutdown(bool drain);
+
+  std::shared_ptr<RequestStream> submit(std::vector<int32_t> input_ids, const SamplingParams& params,
+                                        std::string rid = "");
+  void abort(const std::string& rid);
+  // Drops the radix cache; false while requests run (as SGLang's /flush_cache).
+  bool flush_cache();
+  SchedulerStats stats() const;
+  // Offline use (no thread): runs steps until every submitted request has finished.
+  void run_until_idle();
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  Backend& backend() { return *backend_; }
+  LlamaModel& model() { return *model_; }
+  const KvCacheConfig& kv_config() const { return kv_->config(); }
+  int context_length() const { return scheduler_->config().context_length; }
+  bool accepting() const { return accepting_; }
+
+ private:
+  void loop();
+  void drain_inbox();
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Scheduler> scheduler_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> inbox_;  // run on the scheduler thread
+  SchedulerStats stats_;                     // snapshot after each step
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> drain_{false};
+  std::atomic<bool> accepting_{true};
+  std::atomic<uint64_t> next_id_{0};
+};
+
+// Builds backend, model, KV pool and tokenizer from the arguments, logging what it chose.
+std::unique_ptr<Engine> create_engine(const EngineArgs& args);
+
+}  // namespace serve8

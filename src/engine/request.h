@@ -1,0 +1,65 @@
+// Request: one generation request as the scheduler tracks it, and the events it sends back.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "kv/radix_cache.h"
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace serve8 {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+std::string finish_reason_name(FinishReason r);  // "", "stop", "length", "abort"
+
+// What the scheduler reports for a request after a step that touched it. Sent on the scheduler
+// thread; the receiver copies it into its own channel.
+struct OutputEvent {
+  std::vector<int32_t> new_ids;  // tokens sampled this step (0 or 1)
+  bool finished = false;
+  FinishReason reason = FinishReason::kNone;
+  std::string matched_stop;  // the stop string, or the stop token id as text
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  std::string error;  // set when the request was rejected (reason kAbort)
+};
+
+using OutputSink = std::function<void(const OutputEvent&)>;
+
+using Clock = std::chrono::steady_clock;
+
+struct Request {
+  std::string rid;
+  std::vector<int32_t> input_ids;
+  SamplingParams params;
+  uint64_t seed = 0;
+  OutputSink sink;
+  Clock::time_point arrival{};
+
+  // Progress, owned by the scheduler.
+  std::vector<int32_t> output_ids;
+  std::vector<int32_t> slots;  // KV slots of the first num_computed tokens of input+output
+  int num_computed = 0;        // tokens whose K/V are in the pool
+  int prefix_len = 0;          // leading slots owned by the radix cache (locked through `node`)
+  int cached_tokens = 0;       // prompt tokens served from the radix cache (first admission)
+  RadixCache::NodeHandle node;  // radix node locked by this request (the root: none)
+  bool admitted_before = false;
+  FinishReason finish = FinishReason::kNone;
+  std::string matched_stop;
+  std::unique_ptr<IncrementalDetokenizer> stop_detok;  // only when stop strings are set
+  std::string stop_text;                               // text so far, for stop strings
+
+  int total_len() const { return static_cast<int>(input_ids.size() + output_ids.size()); }
+  int32_t token_at(int i) const {
+    const int n = static_cast<int>(input_ids.size());
+    return i < n ? input_ids[static_cast<size_t>(i)] : output_ids[static_cast<size_t>(i - n)];
+  }
+};
+
+}  // namespace serve8

@@ -1,0 +1,370 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serve8 {
+
+std::string finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+  }
+  return "";
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& kv, const Tokenizer* tokenizer)
+    : config_(config),
+      model_(model),
+      kv_(kv),
+      tokenizer_(tokenizer),
+      slots_(kv.config().num_slots),
+      radix_(config.disable_radix_cache) {
+  SERVE8_CHECK(config.max_running_requests >= 1, "--max-running-requests must be >= 1");
+  SERVE8_CHECK(config.chunked_prefill_size >= 1 && config.max_prefill_tokens >= 1,
+               "--chunked-prefill-size and --max-prefill-tokens must be >= 1");
+  SERVE8_CHECK(model.max_seqs() >= config.max_running_requests &&
+                   model.max_tokens() >= config.max_prefill_tokens + config.max_running_requests,
+               "model buffers ({} tokens, {} sequences) are smaller than the scheduler's limits", model.max_tokens(),
+               model.max_seqs());
+  eos_ids_ = model.config().eos_token_ids;
+  if (tokenizer) {
+    for (int id : tokenizer->eos_ids())
+      if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+  }
+  counters_.slots_total = slots_.num_slots_total();
+}
+
+Scheduler::~Scheduler() = default;
+
+void Scheduler::add_request(std::unique_ptr<Request> r) {
+  const int vocab = model_.config().vocab_size;
+  std::string error = r->params.validate(vocab);
+  const int n = static_cast<int>(r->input_ids.size());
+  if (error.empty() && n == 0) error = "the prompt is empty";
+  if (error.empty() && n >= config_.context_length)
+    error = fmt::format("the prompt has {} tokens, but the context length is {}", n, config_.context_length);
+  if (error.empty() && n + 1 > slots_.num_slots_total())
+    error = fmt::format("the prompt has {} tokens, but the KV pool holds only {}", n, slots_.num_slots_total());
+  for (int32_t id : r->input_ids) {
+    if (!error.empty()) break;
+    if (id < 0 || id >= vocab) error = fmt::format("token id {} is outside the vocabulary [0, {})", id, vocab);
+  }
+  if (error.empty() && !r->params.stop.empty() && tokenizer_ == nullptr)
+    error = "stop strings need a tokenizer, and this model has none";
+  if (!error.empty()) {
+    OutputEvent ev;
+    ev.finished = true;
+    ev.reason = FinishReason::kAbort;
+    ev.error = error;
+    ev.prompt_tokens = n;
+    if (r->sink) r->sink(ev);
+    return;
+  }
+  if (!r->params.stop.empty()) r->stop_detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_);
+  r->seed = r->params.seed.value_or(r->seed);
+  if (r->params.max_new_tokens == 0) {
+    r->finish = FinishReason::kLength;
+    emit(*r, {});
+    return;
+  }
+  waiting_.push_back(std::move(r));
+}
+
+bool Scheduler::abort(const std::string& rid) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->rid != rid) continue;
+    std::unique_ptr<Request> r = std::move(*it);
+    waiting_.erase(it);
+    r->finish = FinishReason::kAbort;
+    emit(*r, {});
+    return true;
+  }
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i]->rid != rid) continue;
+    finish(*running_[i], FinishReason::kAbort);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::abort_all() {
+  while (!waiting_.empty()) abort(waiting_.front()->rid);
+  while (!running_.empty()) abort(running_.back()->rid);
+}
+
+bool Scheduler::flush_cache() {
+  if (has_work()) return false;
+  slots_.free(radix_.reset());
+  return true;
+}
+
+int Scheduler::step() {
+  const auto t0 = Clock::now();
+  std::vector<Row> rows = schedule();
+  if (rows.empty()) return 0;
+  const Tensor logits = run(rows);
+  postprocess(rows, logits);
+  int tokens = 0;
+  for (const Row& row : rows) tokens += row.q_len;
+  counters_.num_steps++;
+  counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
+  return tokens;
+}
+
+bool Scheduler::try_allocate(int64_t n, std::vector<int32_t>& out) {
+  if (!slots_.can_allocate(n)) slots_.free(radix_.evict(n - slots_.num_slots_free()));
+  if (!slots_.can_allocate(n)) return false;
+  const std::vector<int32_t> got = slots_.allocate(n);
+  out.insert(out.end(), got.begin(), got.end());
+  return true;
+}
+
+std::vector<Scheduler::Row> Scheduler::schedule() {
+  std::vector<Row> rows;
+  int budget = config_.max_prefill_tokens;
+  bool retracted = false;
+  // Running requests first, oldest first: each decodes one token or continues its prefill.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* r = running_[i].get();
+    const int remaining = r->total_len() - r->num_computed;
+    const int q = remaining == 1 ? 1 : std::min({remaining, config_.chunked_prefill_size, budget});
+    if (q <= 0) continue;
+    bool placed = true;
+    while (!try_allocate(q, r->slots)) {
+      // Out of slots: give back the newest request's, which has done the least work.
+      if (running_.back().get() == r && running_.size() == 1) {
+        spdlog::warn("request {}: the KV pool ({} slots) cannot hold it; finishing it", r->rid,
+                        slots_.num_slots_total());
+        finish(*r, FinishReason::kLength);
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        placed = false;
+        break;
+      }
+      const bool self = running_.back().get() == r;
+      retract_newest();
+      retracted = true;
+      if (self) {
+        placed = false;
+        break;
+      }
+    }
+    if (!placed) break;  // r left running_ (it was the newest): nothing after it remains
+    if (remaining > 1) budget -= q;
+    rows.push_back(Row{r, q, r->num_computed + q == r->total_len()});
+  }
+  // Then admit waiting requests in arrival order while the budget, the batch and the pool allow.
+  while (!retracted && !waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_running_requests) {
+    Request& r = *waiting_.front();
+    if (!admit(r)) break;
+    const int q = std::min({r.total_len() - r.num_computed, config_.chunked_prefill_size, budget});
+    if (!try_allocate(q, r.slots)) {  // admit() checked capacity, so this is a bug
+      release(r, false);
+      fail("scheduler: admitted request {} but could not allocate {} slots", r.rid, q);
+    }
+    budget -= q;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    rows.push_back(Row{&r, q, r.num_computed + q == r.total_len()});
+  }
+  return rows;
+}
+
+bool Scheduler::admit(Request& r) {
+  std::vector<int32_t> tokens(static_cast<size_t>(r.total_len()));
+  for (int i = 0; i < r.total_len(); ++i) tokens[static_cast<size_t>(i)] = r.token_at(i);
+  // Leave at least one token to compute: its logits pick the next token.
+  RadixCache::MatchResult m = radix_.match_prefix(tokens, r.total_len() - 1);
+  radix_.inc_ref(m.node);
+  const int64_t remaining = r.total_len() - static_cast<int64_t>(m.slots.size());
+  // Room for the whole remaining prompt plus one decode slot for everyone running.
+  const int64_t need = remaining + static_cast<int64_t>(running_.size()) + 1;
+  if (slots_.num_slots_free() + radix_.evictable_size() < need) {
+    radix_.dec_ref(m.node);
+    return false;
+  }
+  r.slots = std::move(m.slots);
+  r.prefix_len = r.num_computed = static_cast<int>(r.slots.size());
+  r.node = m.node;
+  if (!r.admitted_before) {
+    r.cached_tokens = r.prefix_len;
+    counters_.cached_prompt_tokens += r.prefix_len;
+    counters_.prompt_tokens += static_cast<int64_t>(r.input_ids.size());
+    r.admitted_before = true;
+  }
+  return true;
+}
+
+void Scheduler::retract_newest() {
+  std::unique_ptr<Request> r = std::move(running_.back());
+  running_.pop_back();
+  release(*r, true);
+  counters_.num_retractions++;
+  spdlog::debug("retracted request {} ({} tokens computed)", r->rid, r->num_computed);
+  r->num_computed = 0;
+  r->prefix_len = 0;
+  waiting_.push_front(std::move(r));
+}
+
+void Scheduler::release(Request& r, bool keep_in_cache) {
+  const size_t n = static_cast<size_t>(r.num_computed);
+  std::span<const int32_t> all(r.slots);
+  if (keep_in_cache) {
+    std::vector<int32_t> tokens(n);
+    for (size_t i = 0; i < n; ++i) tokens[i] = r.token_at(static_cast<int>(i));
+    const RadixCache::InsertResult res = radix_.insert(tokens, all.first(n));
+    slots_.free(res.duplicates);
+    slots_.free(all.subspan(n));  // allocated for this step, never computed
+  } else {
+    slots_.free(all.subspan(static_cast<size_t>(r.prefix_len)));
+  }
+  radix_.dec_ref(r.node);
+  r.node = radix_.root();
+  r.slots.clear();
+}
+
+void Scheduler::finish(Request& r, FinishReason reason) {
+  r.finish = reason;
+  release(r, true);
+  counters_.num_finished++;
+  emit(r, {});
+}
+
+Tensor Scheduler::run(const std::vector<Row>& rows) {
+  ForwardBatch& b = batch_;
+  b.tokens.clear();
+  b.positions.clear();
+  b.out_slots.clear();
+  b.kv_indices.clear();
+  b.qo_indptr.assign(1, 0);
+  b.kv_indptr.assign(1, 0);
+  for (const Row& row : rows) {
+    const Request& r = *row.req;
+    for (int i = r.num_computed; i < r.num_computed + row.q_len; ++i) {
+      b.tokens.push_back(r.token_at(i));
+      b.positions.push_back(i);
+      b.out_slots.push_back(r.slots[static_cast<size_t>(i)]);
+    }
+    const int kv_len = r.num_computed + row.q_len;
+    b.kv_indices.insert(b.kv_indices.end(), r.slots.begin(), r.slots.begin() + kv_len);
+    b.qo_indptr.push_back(b.qo_indptr.back() + row.q_len);
+    b.kv_indptr.push_back(b.kv_indptr.back() + kv_len);
+  }
+  const auto t0 = Clock::now();
+  Tensor logits = model_.forward(b, kv_);
+  last_forward_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
+  return logits;
+}
+
+void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) {
+  std::vector<SamplingRow> params(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Request& r = *rows[i].req;
+    params[i] = SamplingRow{r.params.temperature, r.params.top_p, r.params.top_k, r.params.min_p, r.seed,
+                            static_cast<uint64_t>(r.output_ids.size())};
+  }
+  sampled_.assign(rows.size(), 0);
+  model_.backend().sample(logits, params, sampled_.data());
+  std::vector<Request*> done;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Request& r = *rows[i].req;
+    r.num_computed += rows[i].q_len;
+    if (!rows[i].samples) continue;
+    const int32_t token = sampled_[i];
+    r.output_ids.push_back(token);
+    counters_.generation_tokens++;
+    if (check_stop(r, token)) {
+      done.push_back(&r);
+    } else {
+      emit(r, {token});
+    }
+  }
+  for (Request* r : done) {
+    const std::vector<int32_t> last{r->output_ids.back()};
+    const FinishReason reason = r->finish;
+    r->finish = FinishReason::kNone;
+    release(*r, true);
+    r->finish = reason;
+    counters_.num_finished++;
+    emit(*r, last);
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == r; });
+    running_.erase(it);
+  }
+}
+
+bool Scheduler::check_stop(Request& r, int32_t token) {
+  const SamplingParams& p = r.params;
+  if (!p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
+    r.finish = FinishReason::kStop;
+    r.matched_stop = std::to_string(token);
+    return true;
+  }
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+    r.finish = FinishReason::kStop;
+    r.matched_stop = std::to_string(token);
+    return true;
+  }
+  if (r.stop_detok) {
+    const size_t before = r.stop_text.size();
+    r.stop_text += r.stop_detok->push(token);
+    for (const std::string& s : p.stop) {
+      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
+      if (r.stop_text.find(s, from) != std::string::npos) {
+        r.finish = FinishReason::kStop;
+        r.matched_stop = s;
+        return true;
+      }
+    }
+  }
+  if (static_cast<int>(r.output_ids.size()) >= p.max_new_tokens || r.total_len() >= config_.context_length) {
+    r.finish = FinishReason::kLength;
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::emit(Request& r, std::vector<int32_t> new_ids) {
+  if (!r.sink) return;
+  OutputEvent ev;
+  ev.new_ids = std::move(new_ids);
+  ev.finished = r.finish != FinishReason::kNone;
+  ev.reason = r.finish;
+  ev.matched_stop = r.matched_stop;
+  ev.prompt_tokens = static_cast<int>(r.input_ids.size());
+  ev.completion_tokens = static_cast<int>(r.output_ids.size());
+  ev.cached_tokens = r.cached_tokens;
+  r.sink(ev);
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s = counters_;
+  s.num_running = static_cast<int>(running_.size());
+  s.num_waiting = static_cast<int>(waiting_.size());
+  s.slots_free = slots_.num_slots_free();
+  s.slots_cached = radix_.evictable_size();
+  s.radix_hit_rate = radix_.stats().hit_rate();
+  return s;
+}
+
+void Scheduler::check_invariants() const {
+  int64_t held = 0;
+  for (const auto& r : running_) held += static_cast<int64_t>(r->slots.size()) - r->prefix_len;
+  for (const auto& r : waiting_) SERVE8_CHECK(r->slots.empty(), "waiting request {} holds slots", r->rid);
+  const int64_t total = slots_.num_slots_free() + radix_.total_size() + held;
+  SERVE8_CHECK(total == slots_.num_slots_total(),
+               "slot accounting: {} free + {} in the tree + {} held by requests != {} slots", slots_.num_slots_free(),
+               radix_.total_size(), held, slots_.num_slots_total());
+  radix_.validate();
+}
+
+}  // namespace serve8

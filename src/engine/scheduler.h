@@ -1,0 +1,109 @@
+// Scheduler: continuous batching over one model, one KV pool and one radix cache.
+//
+// step() is three calls, as nano-vllm's: schedule() picks the rows of this step (decode rows of
+// running requests first, then prefill chunks of waiting ones under the token budget), run()
+// executes them as one ForwardBatch, postprocess() appends sampled tokens, finishes requests and
+// returns their slots. Only the scheduler thread calls it; the Engine (engine.h) feeds it.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/request.h"
+#include "kv/radix_cache.h"
+#include "kv/slot_allocator.h"
+#include "model/llama.h"
+
+namespace serve8 {
+
+class Tokenizer;
+
+struct SchedulerConfig {
+  int max_running_requests = 64;
+  int chunked_prefill_size = 2048;  // most prompt tokens one request adds in one step
+  int max_prefill_tokens = 8192;    // most prompt tokens in one step, all requests together
+  int context_length = 4096;        // prompt + output
+  bool disable_radix_cache = false;
+};
+
+struct SchedulerStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int64_t slots_total = 0;
+  int64_t slots_free = 0;       // free in the allocator
+  int64_t slots_cached = 0;     // held by the radix cache, evictable
+  int64_t prompt_tokens = 0;    // counters since start
+  int64_t generation_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  int64_t num_retractions = 0;
+  int64_t num_finished = 0;
+  int64_t num_steps = 0;
+  double radix_hit_rate = 0.0;
+  int peak_running = 0;
+  double last_step_seconds = 0.0;
+};
+
+class Scheduler {
+ public:
+  // tokenizer may be null (ids in, ids out; stop strings then cannot be used).
+  Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& kv, const Tokenizer* tokenizer);
+  ~Scheduler();
+
+  // Validates and queues a request; a request that can never run (too long, bad parameters) is
+  // finished at once with an error event instead.
+  void add_request(std::unique_ptr<Request> request);
+  // Aborts a queued or running request (its sink gets a finished event); false if unknown.
+  bool abort(const std::string& rid);
+  void abort_all();
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  // Runs one step; returns the number of tokens it computed (0 when idle).
+  int step();
+  // Drops the radix cache; false while any request runs or waits.
+  bool flush_cache();
+
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  // Step time of the last step split by phase, for profiling.
+  double last_forward_seconds() const { return last_forward_seconds_; }
+
+  // Checks that every slot is in exactly one place (free, tree, a request); tests call it.
+  void check_invariants() const;
+
+ private:
+  struct Row {
+    Request* req;
+    int q_len;
+    bool samples;  // the row's last token ends the known sequence: its logits pick the next token
+  };
+
+  std::vector<Row> schedule();
+  Tensor run(const std::vector<Row>& rows);
+  void postprocess(const std::vector<Row>& rows, const Tensor& logits);
+
+  bool try_allocate(int64_t n, std::vector<int32_t>& out);
+  bool admit(Request& r);
+  void retract_newest();
+  void release(Request& r, bool keep_in_cache);
+  void finish(Request& r, FinishReason reason);
+  bool check_stop(Request& r, int32_t token);
+  void emit(Request& r, std::vector<int32_t> new_ids);
+
+  SchedulerConfig config_;
+  LlamaModel& model_;
+  KvCache& kv_;
+  const Tokenizer* tokenizer_;
+  SlotAllocator slots_;
+  RadixCache radix_;
+  std::vector<int> eos_ids_;
+  std::deque<std::unique_ptr<Request>> waiting_;
+  std::vector<std::unique_ptr<Request>> running_;  // in admission order
+  SchedulerStats counters_;
+  ForwardBatch batch_;
+  std::vector<int32_t> sampled_;
+  double last_forward_seconds_ = 0.0;
+};
+
+}  // namespace serve8

@@ -1,0 +1,142 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace serve8 {
+
+namespace {
+
+Buffer make_buffer(Backend& backend, DType t, int64_t rows, int64_t cols) {
+  return Buffer(backend, static_cast<size_t>(rows * cols) * dtype_size(t));
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backend, int max_tokens, int max_seqs)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      backend_(backend),
+      max_tokens_(max_tokens),
+      max_seqs_(max_seqs),
+      softmax_scale_(1.0f / std::sqrt(static_cast<float>(config_.head_dim))) {
+  SERVE8_CHECK(max_tokens > 0 && max_seqs > 0 && max_seqs <= max_tokens,
+               "model: max_tokens {} and max_seqs {} must be positive with max_seqs <= max_tokens", max_tokens,
+               max_seqs);
+  const DType c = backend.compute_dtype();
+  const int64_t h = config_.hidden_size;
+  residual_ = make_buffer(backend, c, max_tokens, h);
+  normed_ = make_buffer(backend, c, max_tokens, h);
+  q_ = make_buffer(backend, c, max_tokens, config_.q_size());
+  k_ = make_buffer(backend, c, max_tokens, config_.kv_size());
+  v_ = make_buffer(backend, c, max_tokens, config_.kv_size());
+  attn_out_ = make_buffer(backend, c, max_tokens, config_.q_size());
+  proj_out_ = make_buffer(backend, c, max_tokens, h);
+  gate_up_ = make_buffer(backend, c, max_tokens, 2ll * config_.intermediate_size);
+  act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
+  last_hidden_ = make_buffer(backend, c, max_seqs, h);
+  logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
+  const std::vector<float> inv_freq = config_.rope_inv_freq();
+  inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
+  backend.copy_to_device(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+}
+
+size_t LlamaModel::activation_bytes() const {
+  size_t n = 0;
+  for (const Buffer* b : {&residual_, &normed_, &q_, &k_, &v_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
+                          &logits_, &inv_freq_})
+    n += b->bytes();
+  return n;
+}
+
+Tensor LlamaModel::forward(const ForwardBatch& batch, KvCache& kv) {
+  const int t = batch.num_tokens();
+  const int b = batch.num_seqs();
+  SERVE8_CHECK(t <= max_tokens_ && b <= max_seqs_, "forward: {} tokens in {} sequences exceed the model's {} / {}", t,
+               b, max_tokens_, max_seqs_);
+  const DeviceBatch db = backend_.upload_batch(batch);
+  const DType c = backend_.compute_dtype();
+  const int64_t h = config_.hidden_size;
+  Tensor residual = residual_.view(c, {t, h});
+  Tensor normed = normed_.view(c, {t, h});
+  Tensor proj_out = proj_out_.view(c, {t, h});
+
+  backend_.embedding(weights_.embed, db.tokens, residual);
+  backend_.rmsnorm(residual, weights_.layers[0].attn_norm, config_.rms_norm_eps, normed);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    run_layer(l, db, kv.layer(l), t);
+    // proj_out holds the MLP output: add it to the stream and normalize for whatever comes next.
+    const Tensor& next_norm =
+        l + 1 < config_.num_layers ? weights_.layers[static_cast<size_t>(l) + 1].attn_norm : weights_.final_norm;
+    backend_.add_rmsnorm(proj_out, residual, next_norm, config_.rms_norm_eps, normed);
+  }
+  Tensor last = last_hidden_.view(c, {b, h});
+  backend_.gather_rows(normed, db.last_token_rows, last);
+  Tensor logits = logits_.view(DType::kF32, {b, config_.vocab_size});
+  backend_.gemm(last, weights_.lm_head, nullptr, logits);
+  return logits;
+}
+
+void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int t) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
+  const DType c = backend_.compute_dtype();
+  const int64_t h = config_.hidden_size;
+  const int64_t qs = config_.q_size();
+  const int64_t kvs = config_.kv_size();
+  const int64_t d = config_.head_dim;
+  Tensor normed = normed_.view(c, {t, h});
+  Tensor q = q_.view(c, {t, config_.num_heads, d});
+  Tensor k = k_.view(c, {t, config_.num_kv_heads, d});
+  Tensor v = v_.view(c, {t, config_.num_kv_heads, d});
+
+  // Q, K and V share one fused weight; each is a contiguous block of its rows, so three GEMMs
+  // write three contiguous outputs that rope, kv_store and attention take as they are.
+  Tensor bq, bk, bv;
+  if (!w.bqkv.empty()) {
+    bq = w.bqkv.rows(0, qs);
+    bk = w.bqkv.rows(qs, kvs);
+    bv = w.bqkv.rows(qs + kvs, kvs);
+  }
+  backend_.gemm(normed, w.wqkv.rows(0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
+  backend_.gemm(normed, w.wqkv.rows(qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
+  backend_.gemm(normed, w.wqkv.rows(qs + kvs, kvs), bv.empty() ? nullptr : &bv, v.reshape({t, kvs}));
+  backend_.rope(q, k, db.positions, inv_freq_.view(DType::kF32, {d / 2}));
+  backend_.kv_store(k, v, db, kv);
+  if (kv_observer_) kv_observer_(l, k, v);
+  Tensor attn = attn_out_.view(c, {t, config_.num_heads, d});
+  backend_.attention(q, kv, db, softmax_scale_, attn);
+  Tensor proj_out = proj_out_.view(c, {t, h});
+  backend_.gemm(attn.reshape({t, qs}), w.wo, nullptr, proj_out);
+
+  Tensor residual = residual_.view(c, {t, h});
+  backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed);
+  Tensor gate_up = gate_up_.view(c, {t, 2ll * config_.intermediate_size});
+  backend_.gemm(normed, w.w_gate_up, nullptr, gate_up);
+  Tensor act = act_.view(c, {t, config_.intermediate_size});
+  backend_.silu_mul(gate_up, act);
+  backend_.gemm(act, w.w_down, nullptr, proj_out);
+}
+
+std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
+                                             int max_seqs) {
+  ModelConfig config = load_model_config(options.model_path);
+  LlamaWeights weights;
+  if (options.load_format == "dummy") {
+    spdlog::info("model: dummy weights (seed {}) for {} ({} layers, hidden {}, {} params)", options.seed,
+                 config.architecture, config.num_layers, config.hidden_size, config.num_parameters());
+    weights = dummy_llama_weights(config, backend, options.seed);
+  } else {
+    SERVE8_CHECK(options.load_format == "auto" || options.load_format == "safetensors",
+                 "unknown --load-format '{}' (expected auto, safetensors or dummy)", options.load_format);
+    weights = load_llama_weights(config, options.model_path, backend);
+  }
+  spdlog::info("model: {} layers, {} heads / {} kv heads, head_dim {}, vocab {}; weights {:.2f} GiB ({})",
+               config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim, config.vocab_size,
+               static_cast<double>(weights.bytes) / (1 << 30), dtype_name(backend.compute_dtype()));
+  return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
+}
+
+}  // namespace serve8
