@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up, builds (CUDA too where nvcc exists, for sm_90a only) and runs every CPU test.
+# GPU tests carry the ctest label "gpu" and are left out here (scripts/gpu_test.sh runs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSERVE8_WERROR=ON >/dev/null
+cmake --build "$BUILD" -j "$JOBS"
+ctest --test-dir "$BUILD" -LE gpu --output-on-failure -j "$JOBS" --timeout 1200

@@ -1,0 +1,52 @@
+// The tokenizer interface the engine and server see: text to ids and back, the special ids, and
+// chat prompts. Implementations are immutable once loaded, so one instance serves every thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/chat_template.h"
+
+namespace serve8 {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // The ids of `text`. Special-token spellings in the text ("<s>") are plain text, never special
+  // ids, so a prompt cannot forge them. add_special_tokens adds what the tokenizer's config asks
+  // for (Llama: a BOS in front, as HF's LlamaTokenizer with add_bos_token).
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+
+  // The text of `ids`, HF-style: one leading space is dropped at the very start of the output
+  // only. skip_special_tokens drops BOS/EOS/control and unknown ids; otherwise they appear as
+  // their piece text ("<s>"). Ids outside the vocabulary throw Error.
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const = 0;
+
+  virtual int vocab_size() const = 0;
+  virtual int bos_id() const = 0;  // -1 when the vocabulary has none
+  // Every id that ends generation (the model's EOS plus any generation_config.json adds).
+  virtual std::vector<int> eos_ids() const = 0;
+  // The vocabulary entry as stored ("▁Hello", "<0x0A>"); throws Error outside the vocabulary.
+  virtual std::string id_to_piece(int id) const = 0;
+
+  // The chat prompt as text, for logs and display. It carries no BOS/EOS markup, so for a
+  // multi-turn chat encode(apply_chat_template(...)) is not the prompt: use encode_chat.
+  virtual std::string apply_chat_template(const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt) const = 0;
+  // The chat prompt as ids, BOS/EOS inserted as ids between turns: what the server feeds the model.
+  virtual std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages,
+                                           bool add_generation_prompt) const = 0;
+
+  bool is_eos(int id) const;
+};
+
+// Loads the tokenizer at `dir_or_file`: a model directory (tokenizer.model is looked for) or a
+// tokenizer file. Throws Error naming the path and what was looked for when nothing fits.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file);
+
+}  // namespace serve8
