@@ -1,0 +1,217 @@
+// KV pool writes and paged attention on the CPU: the reference the CUDA kernels are tested against.
+// Both dispatch once over the KV storage dtype into a template; the activations (q, k, v, out) are
+// fp32/bf16/fp16 rows converted to fp32 at the edges. Attention accumulates in fp32.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace serve8::cpu {
+
+namespace {
+
+struct KvGeometry {
+  int64_t num_slots, heads, head_dim;
+};
+
+// Checks the layer's tensors against each other and returns their geometry.
+KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
+  check_tensor(kv.k, op, "kv.k");
+  SERVE8_CHECK(kv.k.ndim == 3, "{}: kv.k has shape {}, expected [slots, kv_heads, head_dim]", op, kv.k.shape_str());
+  const KvGeometry g{kv.k.dim(0), kv.k.dim(1), kv.k.dim(2)};
+  check_shape(kv.v, {g.num_slots, g.heads, g.head_dim}, op, "kv.v");
+  SERVE8_CHECK(kv.v.dtype == kv.k.dtype, "{}: kv.k is {} but kv.v is {}", op, dtype_name(kv.k.dtype),
+               dtype_name(kv.v.dtype));
+  check_dtype(kv.k_scale, DType::kF32, op, "kv.k_scale");
+  check_dtype(kv.v_scale, DType::kF32, op, "kv.v_scale");
+  check_shape(kv.k_scale, {g.heads}, op, "kv.k_scale");
+  check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
+  return g;
+}
+
+void check_slots(const int32_t* slots, int64_t n, int64_t num_slots, std::string_view op, std::string_view name) {
+  for (int64_t i = 0; i < n; ++i) {
+    SERVE8_CHECK(slots[i] >= 0 && slots[i] < num_slots, "{}: {}[{}] = {} is outside the pool's {} slots", op, name, i,
+                 slots[i], num_slots);
+  }
+}
+
+// One item per (K or V, kv head); each walks the tokens in batch order, so that if two tokens name
+// the same slot the later one wins whatever the thread count.
+template <typename S>
+void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64_t t_count, const KvLayer& kv,
+                   const KvGeometry& g) {
+  const float* k_scale = kv.k_scale.ptr<const float>();
+  const float* v_scale = kv.v_scale.ptr<const float>();
+#pragma omp parallel
+  {
+    std::vector<float> row(static_cast<size_t>(g.head_dim));
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < 2 * g.heads; ++item) {
+      const bool is_v = item >= g.heads;
+      const int64_t h = item % g.heads;
+      const Tensor& src = is_v ? v : k;
+      S* pool = (is_v ? kv.v : kv.k).template ptr<S>();
+      const float scale = (is_v ? v_scale : k_scale)[h];
+      for (int64_t t = 0; t < t_count; ++t) {
+        load_f32(src, (t * g.heads + h) * g.head_dim, g.head_dim, row.data());
+        S* dst = pool + (static_cast<int64_t>(slots[t]) * g.heads + h) * g.head_dim;
+        // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
+        for (int64_t i = 0; i < g.head_dim; ++i) dst[i] = from_f32<S>(row[static_cast<size_t>(i)] / scale);
+      }
+    }
+  }
+}
+
+struct AttentionArgs {
+  const Tensor* q;
+  Tensor out;
+  const KvLayer* kv;
+  KvGeometry g;
+  int64_t t_count, q_heads, group;
+  const int32_t* qo_indptr;
+  const int32_t* kv_indptr;
+  const int32_t* kv_indices;
+  std::vector<int32_t> seq_of_token;
+  int64_t max_kv_len;
+  float softmax_scale;
+};
+
+// One item per (new token, kv head): the group's q heads share each dequantized K and V row.
+template <typename S>
+void attention_impl(const AttentionArgs& a) {
+  const int64_t d = a.g.head_dim, group = a.group, heads = a.g.heads;
+  const S* k_pool = a.kv->k.template ptr<const S>();
+  const S* v_pool = a.kv->v.template ptr<const S>();
+  const float* k_scale = a.kv->k_scale.ptr<const float>();
+  const float* v_scale = a.kv->v_scale.ptr<const float>();
+#pragma omp parallel
+  {
+    std::vector<float> q(static_cast<size_t>(group * d)), acc(static_cast<size_t>(group * d));
+    std::vector<float> row(static_cast<size_t>(d)), denom(static_cast<size_t>(group));
+    std::vector<float> scores(static_cast<size_t>(group * a.max_kv_len));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < a.t_count * heads; ++item) {
+      const int64_t t = item / heads, kvh = item % heads;
+      const int32_t b = a.seq_of_token[static_cast<size_t>(t)];
+      const int64_t q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
+      const int64_t kv_len = a.kv_indptr[b + 1] - a.kv_indptr[b];
+      const int64_t n = kv_len - q_len + (t - a.qo_indptr[b]) + 1;  // causal: prefix plus new tokens up to t
+      const int32_t* slots = a.kv_indices + a.kv_indptr[b];
+      load_f32(*a.q, (t * a.q_heads + kvh * group) * d, group * d, q.data());
+
+      // Scores: q · k_stored, with k_scale folded into the softmax scale.
+      const float score_scale = a.softmax_scale * k_scale[kvh];
+      for (int64_t j = 0; j < n; ++j) {
+        const S* kr = k_pool + (static_cast<int64_t>(slots[j]) * heads + kvh) * d;
+        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(kr[i]);
+        for (int64_t h = 0; h < group; ++h) {
+          const float* qh = q.data() + h * d;
+          float dot = 0.0f;
+          for (int64_t i = 0; i < d; ++i) dot += qh[i] * row[static_cast<size_t>(i)];
+          scores[static_cast<size_t>(h * n + j)] = dot * score_scale;
+        }
+      }
+      // Numerically stable softmax: subtract the row max before exponentiating.
+      for (int64_t h = 0; h < group; ++h) {
+        float* s = scores.data() + h * n;
+        const float m = *std::max_element(s, s + n);
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          s[j] = std::exp(s[j] - m);
+          sum += s[j];
+        }
+        denom[static_cast<size_t>(h)] = sum;
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        const S* vr = v_pool + (static_cast<int64_t>(slots[j]) * heads + kvh) * d;
+        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(vr[i]);
+        for (int64_t h = 0; h < group; ++h) {
+          const float p = scores[static_cast<size_t>(h * n + j)];
+          float* ah = acc.data() + h * d;
+          for (int64_t i = 0; i < d; ++i) ah[i] += p * row[static_cast<size_t>(i)];
+        }
+      }
+      // v_scale folds into the output normalization.
+      for (int64_t h = 0; h < group; ++h) {
+        const float f = v_scale[kvh] / denom[static_cast<size_t>(h)];
+        for (int64_t i = 0; i < d; ++i) acc[static_cast<size_t>(h * d + i)] *= f;
+      }
+      store_f32(acc.data(), group * d, a.out, (t * a.q_heads + kvh * group) * d);
+    }
+  }
+}
+
+}  // namespace
+
+void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
+  constexpr std::string_view op = "kv_store";
+  const KvGeometry g = check_kv_layer(kv, op);
+  const int64_t t_count = batch.num_tokens;
+  check_float(k, op, "k");
+  check_float(v, op, "v");
+  check_shape(k, {t_count, g.heads, g.head_dim}, op, "k");
+  check_shape(v, {t_count, g.heads, g.head_dim}, op, "v");
+  check_dtype(batch.out_slots, DType::kI32, op, "batch.out_slots");
+  check_shape(batch.out_slots, {t_count}, op, "batch.out_slots");
+  const int32_t* slots = batch.out_slots.ptr<const int32_t>();
+  check_slots(slots, t_count, g.num_slots, op, "out_slots");
+  if (t_count == 0) return;
+  dispatch_kv(kv.k.dtype, op, [&]<typename S>() { kv_store_impl<S>(k, v, slots, t_count, kv, g); });
+}
+
+void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out) {
+  constexpr std::string_view op = "attention";
+  AttentionArgs a{};
+  a.g = check_kv_layer(kv, op);
+  check_tensor(q, op, "q");
+  check_float(q, op, "q");
+  check_float(out, op, "out");
+  SERVE8_CHECK(q.ndim == 3 && q.dim(2) == a.g.head_dim, "{}: q has shape {}, expected [T, Hq, {}]", op, q.shape_str(),
+               a.g.head_dim);
+  a.t_count = q.dim(0);
+  a.q_heads = q.dim(1);
+  SERVE8_CHECK(a.q_heads > 0 && a.q_heads % a.g.heads == 0, "{}: {} q heads is not a multiple of {} kv heads", op,
+               a.q_heads, a.g.heads);
+  a.group = a.q_heads / a.g.heads;
+  check_shape(out, {a.t_count, a.q_heads, a.g.head_dim}, op, "out");
+  SERVE8_CHECK(std::isfinite(softmax_scale), "{}: softmax_scale is {}", op, softmax_scale);
+  SERVE8_CHECK(batch.num_tokens == a.t_count, "{}: q has {} tokens but the batch {}", op, a.t_count, batch.num_tokens);
+
+  const int64_t b_count = batch.num_seqs;
+  for (const auto& [t, name] : {std::pair{&batch.qo_indptr, "qo_indptr"}, std::pair{&batch.kv_indptr, "kv_indptr"}}) {
+    check_dtype(*t, DType::kI32, op, name);
+    check_shape(*t, {b_count + 1}, op, name);
+  }
+  check_dtype(batch.kv_indices, DType::kI32, op, "kv_indices");
+  a.qo_indptr = batch.qo_indptr.ptr<const int32_t>();
+  a.kv_indptr = batch.kv_indptr.ptr<const int32_t>();
+  a.kv_indices = batch.kv_indices.ptr<const int32_t>();
+  SERVE8_CHECK(a.qo_indptr[0] == 0 && a.kv_indptr[0] == 0 && a.qo_indptr[b_count] == a.t_count &&
+                   batch.kv_indices.ndim == 1 && batch.kv_indices.dim(0) >= a.kv_indptr[b_count],
+               "{}: indptrs end at {} (qo) and {} (kv) for {} tokens and {} kv indices", op, a.qo_indptr[b_count],
+               a.kv_indptr[b_count], a.t_count, batch.kv_indices.dim(0));
+  a.seq_of_token.resize(static_cast<size_t>(a.t_count));
+  for (int64_t b = 0; b < b_count; ++b) {
+    const int64_t q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
+    const int64_t kv_len = a.kv_indptr[b + 1] - a.kv_indptr[b];
+    SERVE8_CHECK(q_len >= 1 && kv_len >= q_len, "{}: sequence {} has {} new tokens and {} kv tokens", op, b, q_len,
+                 kv_len);
+    a.max_kv_len = std::max(a.max_kv_len, kv_len);
+    for (int64_t t = a.qo_indptr[b]; t < a.qo_indptr[b + 1]; ++t)
+      a.seq_of_token[static_cast<size_t>(t)] = static_cast<int32_t>(b);
+  }
+  check_slots(a.kv_indices, a.kv_indptr[b_count], a.g.num_slots, op, "kv_indices");
+  if (a.t_count == 0) return;
+  a.q = &q;
+  a.out = out;
+  a.kv = &kv;
+  a.softmax_scale = softmax_scale;
+  dispatch_kv(kv.k.dtype, op, [&]<typename S>() { attention_impl<S>(a); });
+}
+
+}  // namespace serve8::cpu

@@ -1,0 +1,245 @@
+// The CPU backend object: host memory, the KV pool, batch "upload" (views of the host arrays) and
+// the forwarding of every op to the free functions of cpu_ops.h. Ops run synchronously on the
+// calling thread, using OpenMP inside.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_ops.h"
+
+namespace serve8::cpu {
+
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+// Zero-filled, 64-byte aligned host memory. Large blocks (a KV pool of gigabytes) are zeroed by
+// all threads.
+void* host_alloc_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  SERVE8_CHECK(p != nullptr, "cpu: out of host memory allocating {} bytes", bytes);
+  constexpr size_t kChunk = size_t{1} << 22;
+  const int64_t chunks = static_cast<int64_t>((rounded + kChunk - 1) / kChunk);
+  char* c = static_cast<char*>(p);
+#pragma omp parallel for schedule(static) if (chunks > 16)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const size_t begin = static_cast<size_t>(i) * kChunk;
+    std::memset(c + begin, 0, std::min(kChunk, rounded - begin));
+  }
+  return p;
+}
+
+struct HostFree {
+  void operator()(void* p) const { std::free(p); }
+};
+using HostBytes = std::unique_ptr<void, HostFree>;
+
+bool kv_dtype_supported(DType t) {
+  switch (t) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kFP8E5M2:
+    case DType::kFP8E4M3:
+      return true;
+    case DType::kI32:
+      return false;
+  }
+  return false;
+}
+
+void check_scales(const KvScales& s, const KvCacheConfig& c) {
+  const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
+  SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
+               "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),
+               s.v.size(), c.num_layers, c.num_kv_heads, n);
+  for (size_t i = 0; i < n; ++i) {
+    // Values are stored divided by the scale: zero, negative or non-finite scales corrupt the pool.
+    SERVE8_CHECK(std::isfinite(s.k[i]) && s.k[i] > 0.0f && std::isfinite(s.v[i]) && s.v[i] > 0.0f,
+                 "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
+                 i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
+  }
+}
+
+class CpuKvCache final : public KvCache {
+ public:
+  CpuKvCache(const KvCacheConfig& config, const KvScales& scales) : config_(config) {
+    SERVE8_CHECK(config.num_layers > 0 && config.num_kv_heads > 0 && config.head_dim > 0 && config.num_slots > 0,
+                 "kv cache: invalid geometry: {} layers, {} kv heads, head_dim {}, {} slots", config.num_layers,
+                 config.num_kv_heads, config.head_dim, config.num_slots);
+    SERVE8_CHECK(kv_dtype_supported(config.dtype),
+                 "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2 or fp8_e4m3)",
+                 dtype_name(config.dtype));
+    check_scales(scales, config);
+    scales_ = scales;
+    const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
+                               static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
+    for (int i = 0; i < config.num_layers; ++i) {
+      k_.emplace_back(host_alloc_zeroed(layer_bytes));
+      v_.emplace_back(host_alloc_zeroed(layer_bytes));
+    }
+  }
+
+  const KvCacheConfig& config() const override { return config_; }
+
+  KvLayer layer(int i) const override {
+    SERVE8_CHECK(i >= 0 && i < config_.num_layers, "kv cache: layer {} out of range (the cache has {} layers)", i,
+                 config_.num_layers);
+    const auto li = static_cast<size_t>(i);
+    const int64_t heads = config_.num_kv_heads;
+    const size_t off = li * static_cast<size_t>(heads);
+    KvLayer l;
+    l.k = Tensor(k_[li].get(), config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    l.v = Tensor(v_[li].get(), config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
+    l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
+    l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
+    return l;
+  }
+
+  void set_scales(const KvScales& scales) override {
+    check_scales(scales, config_);
+    std::copy(scales.k.begin(), scales.k.end(), scales_.k.begin());
+    std::copy(scales.v.begin(), scales.v.end(), scales_.v.begin());
+  }
+
+ private:
+  KvCacheConfig config_;
+  KvScales scales_;
+  std::vector<HostBytes> k_, v_;
+};
+
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+// A /proc/meminfo field in bytes, else sysconf(pages_name) pages, else 0.
+size_t meminfo_bytes(std::string_view field, int pages_name) {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    unsigned long long kib = 0;
+    if (line.starts_with(field) && line.size() > field.size() && line[field.size()] == ':' &&
+        std::sscanf(line.c_str() + field.size() + 1, "%llu", &kib) == 1) {
+      return static_cast<size_t>(kib) * 1024;
+    }
+  }
+  const long pages = sysconf(pages_name);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page_size);
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  DType compute_dtype() const override { return DType::kF32; }
+  std::string device_description() const override {
+    return fmt::format("{}, {} OpenMP threads, {}", cpu_model_name(), omp_get_max_threads(), openblas_get_config());
+  }
+
+  void* alloc(size_t bytes) override { return host_alloc_zeroed(bytes); }
+  void free(void* ptr) override { std::free(ptr); }
+  void copy_to_device(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void synchronize() override {}
+
+  // MemAvailable counts reclaimable page cache (mmapped weights among it), which sysconf's free
+  // pages do not; sysconf is the fallback where /proc is missing.
+  size_t free_memory() const override { return meminfo_bytes("MemAvailable", _SC_AVPHYS_PAGES); }
+  size_t total_memory() const override { return meminfo_bytes("MemTotal", _SC_PHYS_PAGES); }
+
+  std::unique_ptr<KvCache> create_kv_cache(const KvCacheConfig& config, const KvScales& scales) override {
+    return std::make_unique<CpuKvCache>(config, scales);
+  }
+
+  // The "device" arrays are the ForwardBatch's own vectors; only last_token_rows is computed, into
+  // storage that stays valid until the next upload (as the fixed buffers of the CUDA backend).
+  DeviceBatch upload_batch(const ForwardBatch& batch) override {
+    batch.validate();
+    const auto view = [](const std::vector<int32_t>& v) {
+      return Tensor(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())});
+    };
+    DeviceBatch d;
+    d.host = &batch;
+    d.tokens = view(batch.tokens);
+    d.positions = view(batch.positions);
+    d.out_slots = view(batch.out_slots);
+    d.qo_indptr = view(batch.qo_indptr);
+    d.kv_indptr = view(batch.kv_indptr);
+    d.kv_indices = view(batch.kv_indices);
+    d.num_seqs = batch.num_seqs();
+    d.num_tokens = batch.num_tokens();
+    last_token_rows_.resize(static_cast<size_t>(d.num_seqs));
+    for (int b = 0; b < d.num_seqs; ++b) {
+      const auto bi = static_cast<size_t>(b);
+      last_token_rows_[bi] = batch.qo_indptr[bi + 1] - 1;
+      d.max_q_len = std::max(d.max_q_len, batch.qo_indptr[bi + 1] - batch.qo_indptr[bi]);
+      d.max_kv_len = std::max(d.max_kv_len, batch.kv_indptr[bi + 1] - batch.kv_indptr[bi]);
+    }
+    d.last_token_rows = view(last_token_rows_);
+    return d;
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor out) override { cpu::embedding(table, ids, out); }
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
+    cpu::rmsnorm(x, weight, eps, out);
+  }
+  void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) override {
+    cpu::add_rmsnorm(x, residual, weight, eps, out);
+  }
+  void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override { cpu::gemm(x, w, bias, out); }
+  void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override {
+    cpu::rope(q, k, positions, inv_freq);
+  }
+  void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override {
+    cpu::kv_store(k, v, batch, kv);
+  }
+  void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
+                 Tensor out) override {
+    cpu::attention(q, kv, batch, softmax_scale, out);
+  }
+  void silu_mul(const Tensor& gate_up, Tensor out) override { cpu::silu_mul(gate_up, out); }
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override { cpu::gather_rows(x, rows, out); }
+  void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override {
+    cpu::sample(logits, rows, out_ids);
+  }
+
+ private:
+  std::vector<int32_t> last_token_rows_;
+};
+
+}  // namespace
+
+}  // namespace serve8::cpu
+
+namespace serve8 {
+
+std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+
+}  // namespace serve8

@@ -1,0 +1,108 @@
+// Helpers for the backend op tests: seeded random data and host tensors. The CPU backend's memory
+// is host memory, so tests wrap std::vectors directly.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace serve8::test {
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : gen_(seed) {}
+  float uniform(float lo, float hi) { return std::uniform_real_distribution<float>(lo, hi)(gen_); }
+  float normal(float stddev = 1.0f) { return std::normal_distribution<float>(0.0f, stddev)(gen_); }
+  int32_t integer(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(gen_); }
+  std::vector<float> normals(size_t n, float stddev = 1.0f) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(stddev);
+    return v;
+  }
+  std::mt19937_64& gen() { return gen_; }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// Element storage for one dtype, filled from fp32 values (rounded as core/dtype.h rounds).
+struct HostArray {
+  DType dtype = DType::kF32;
+  std::vector<uint8_t> bytes;
+
+  HostArray(DType t, const std::vector<float>& values) : dtype(t), bytes(values.size() * dtype_size(t)) {
+    for (size_t i = 0; i < values.size(); ++i) set(i, values[i]);
+  }
+  HostArray(DType t, size_t n) : dtype(t), bytes(n * dtype_size(t)) {}
+
+  void set(size_t i, float x) {
+    switch (dtype) {
+      case DType::kF32:
+        reinterpret_cast<float*>(bytes.data())[i] = x;
+        return;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(x);
+        return;
+      case DType::kF16:
+        reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_f16(x);
+        return;
+      case DType::kFP8E5M2:
+        bytes[i] = f32_to_e5m2(x);
+        return;
+      case DType::kFP8E4M3:
+        bytes[i] = f32_to_e4m3(x);
+        return;
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(x);
+        return;
+    }
+  }
+  float get(size_t i) const { return decode(dtype, bytes.data() + i * dtype_size(dtype)); }
+  size_t size() const { return bytes.size() / dtype_size(dtype); }
+  std::vector<float> values() const {
+    std::vector<float> v(size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = get(i);
+    return v;
+  }
+  Tensor view(std::initializer_list<int64_t> dims) { return Tensor(bytes.data(), dtype, dims); }
+
+  static float decode(DType t, const uint8_t* p) {
+    uint16_t h;
+    switch (t) {
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+      }
+      case DType::kBF16:
+        std::memcpy(&h, p, 2);
+        return bf16_to_f32(h);
+      case DType::kF16:
+        std::memcpy(&h, p, 2);
+        return f16_to_f32(h);
+      case DType::kFP8E5M2:
+        return e5m2_to_f32(*p);
+      case DType::kFP8E4M3:
+        return e4m3_to_f32(*p);
+      case DType::kI32: {
+        int32_t i;
+        std::memcpy(&i, p, 4);
+        return static_cast<float>(i);
+      }
+    }
+    return 0.0f;
+  }
+};
+
+inline Tensor view_of(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::kF32, dims);
+}
+inline Tensor view_of(std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
+  return Tensor(v.data(), DType::kI32, dims);
+}
+
+}  // namespace serve8::test

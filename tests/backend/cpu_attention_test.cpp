@@ -1,0 +1,314 @@
+// The CPU backend's KV pool, kv_store and paged attention: bit-exact stores in every KV dtype, and
+// attention over ragged batches (decode, extend over a cached prefix, full prefill) with permuted
+// slots against a double-precision reference that dequantizes the same stored bytes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend_test_util.h"
+#include "core/error.h"
+
+namespace serve8 {
+namespace {
+
+using test::HostArray;
+using test::Rng;
+using test::view_of;
+
+constexpr DType kKvDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3};
+
+// The stored value of pool element i, decoded but not scaled.
+float stored(const Tensor& pool, int64_t i) {
+  return HostArray::decode(pool.dtype, static_cast<const uint8_t*>(pool.data) + i * dtype_size(pool.dtype));
+}
+
+KvScales random_scales(Rng& rng, int layers, int heads) {
+  KvScales s;
+  for (int i = 0; i < layers * heads; ++i) {
+    s.k.push_back(rng.uniform(0.25f, 4.0f));
+    s.v.push_back(rng.uniform(0.25f, 4.0f));
+  }
+  return s;
+}
+
+TEST(CpuKvCacheTest, GeometryAndScales) {
+  auto be = create_cpu_backend();
+  Rng rng(7);
+  for (DType t : kKvDTypes) {
+    const KvCacheConfig cfg{3, 2, 16, t, 40};
+    const KvScales s = random_scales(rng, 3, 2);
+    auto cache = be->create_kv_cache(cfg, s);
+    EXPECT_EQ(cache->config().dtype, t);
+    const KvLayer l = cache->layer(2);
+    EXPECT_EQ(l.k.dtype, t);
+    EXPECT_EQ(l.k.shape_str(), "[40, 2, 16]");
+    EXPECT_EQ(l.v.shape_str(), "[40, 2, 16]");
+    EXPECT_NE(l.k.data, cache->layer(1).k.data);
+    EXPECT_NE(l.k.data, l.v.data);
+    const auto* bytes = static_cast<const uint8_t*>(l.v.data);
+    for (size_t i = 0; i < l.v.nbytes(); ++i) ASSERT_EQ(bytes[i], 0);
+    EXPECT_EQ(l.k_scale.ptr<float>()[1], s.k[5]);
+    EXPECT_EQ(l.v_scale.ptr<float>()[0], s.v[4]);
+    // set_scales is visible through a KvLayer taken before it.
+    const KvScales s2 = random_scales(rng, 3, 2);
+    cache->set_scales(s2);
+    EXPECT_EQ(l.k_scale.ptr<float>()[1], s2.k[5]);
+    EXPECT_EQ(l.v_scale.ptr<float>()[0], s2.v[4]);
+    EXPECT_THROW(cache->layer(3), Error);
+    EXPECT_THROW(cache->set_scales(KvScales::ones(2, 2)), Error);
+    KvScales bad = s2;
+    bad.v[3] = 0.0f;
+    EXPECT_THROW(cache->set_scales(bad), Error);
+  }
+  EXPECT_THROW(be->create_kv_cache({1, 2, 16, DType::kI32, 4}, KvScales::ones(1, 2)), Error);
+  EXPECT_THROW(be->create_kv_cache({1, 2, 16, DType::kBF16, 4}, KvScales::ones(1, 3)), Error);
+}
+
+TEST(CpuBatchTest, UploadBatch) {
+  auto be = create_cpu_backend();
+  ForwardBatch fb;
+  fb.tokens = {5, 6, 7, 8, 9};
+  fb.positions = {0, 1, 2, 10, 4};
+  fb.out_slots = {3, 4, 5, 9, 12};
+  fb.qo_indptr = {0, 3, 4, 5};
+  fb.kv_indptr = {0, 3, 14, 19};
+  fb.kv_indices.resize(19);
+  std::iota(fb.kv_indices.begin(), fb.kv_indices.end(), 1);
+  const DeviceBatch d = be->upload_batch(fb);
+  EXPECT_EQ(d.host, &fb);
+  EXPECT_EQ(d.num_seqs, 3);
+  EXPECT_EQ(d.num_tokens, 5);
+  EXPECT_EQ(d.max_q_len, 3);
+  EXPECT_EQ(d.max_kv_len, 11);
+  EXPECT_EQ(d.tokens.ptr<int32_t>()[3], 8);
+  EXPECT_EQ(d.kv_indices.dim(0), 19);
+  ASSERT_EQ(d.last_token_rows.dim(0), 3);
+  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[0], 2);
+  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[1], 3);
+  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[2], 4);
+  fb.kv_indptr[1] = 2;  // fewer kv tokens than new tokens
+  EXPECT_THROW(be->upload_batch(fb), Error);
+}
+
+// A batch writing `slots` (one single sequence; kv_store only reads out_slots).
+ForwardBatch store_batch(const std::vector<int32_t>& slots) {
+  ForwardBatch fb;
+  const auto n = static_cast<int32_t>(slots.size());
+  fb.tokens.assign(slots.size(), 1);
+  fb.positions.resize(slots.size());
+  std::iota(fb.positions.begin(), fb.positions.end(), 0);
+  fb.out_slots = slots;
+  fb.qo_indptr = {0, n};
+  fb.kv_indptr = {0, n};
+  fb.kv_indices = slots;
+  return fb;
+}
+
+TEST(CpuKvStoreTest, BitExactEveryDtype) {
+  auto be = create_cpu_backend();
+  Rng rng(11);
+  const int64_t t = 7, heads = 3, d = 16, slots = 32;
+  for (DType kv_t : kKvDTypes) {
+    for (DType act_t : {DType::kF32, DType::kBF16}) {
+      const KvScales scales = random_scales(rng, 1, static_cast<int>(heads));
+      auto cache = be->create_kv_cache({1, static_cast<int>(heads), static_cast<int>(d), kv_t, slots}, scales);
+      // Wide values so that E4M3 (448) and E5M2 (57344) saturate, plus the special values.
+      std::vector<float> kv_vals = rng.normals(static_cast<size_t>(2 * t * heads * d), 300.0f);
+      const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-9f, 70000.0f, -500.0f, 1e6f};
+      for (size_t i = 0; i < std::size(specials); ++i) kv_vals[i * 13] = specials[i];
+      for (size_t i = 3; i < kv_vals.size(); i += 7) kv_vals[i] *= 1e-4f;  // small values reach subnormals
+      HostArray k(act_t, std::vector<float>(kv_vals.begin(), kv_vals.begin() + t * heads * d));
+      HostArray v(act_t, std::vector<float>(kv_vals.begin() + t * heads * d, kv_vals.end()));
+      std::vector<int32_t> out_slots = {5, 31, 0, 17, 2, 9, 30};
+      const ForwardBatch fb = store_batch(out_slots);
+      const KvLayer l = cache->layer(0);
+      be->kv_store(k.view({t, heads, d}), v.view({t, heads, d}), be->upload_batch(fb), l);
+
+      HostArray want_k(kv_t, static_cast<size_t>(slots * heads * d)), want_v = want_k;
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t h = 0; h < heads; ++h) {
+          for (int64_t j = 0; j < d; ++j) {
+            const size_t src = static_cast<size_t>((i * heads + h) * d + j);
+            const size_t dst = static_cast<size_t>((out_slots[static_cast<size_t>(i)] * heads + h) * d + j);
+            want_k.set(dst, k.get(src) / scales.k[static_cast<size_t>(h)]);
+            want_v.set(dst, v.get(src) / scales.v[static_cast<size_t>(h)]);
+          }
+        }
+      }
+      ASSERT_EQ(0, std::memcmp(want_k.bytes.data(), l.k.data, want_k.bytes.size())) << dtype_name(kv_t);
+      ASSERT_EQ(0, std::memcmp(want_v.bytes.data(), l.v.data, want_v.bytes.size())) << dtype_name(kv_t);
+    }
+  }
+}
+
+TEST(CpuKvStoreTest, RejectsBadSlotsAndShapes) {
+  auto be = create_cpu_backend();
+  auto cache = be->create_kv_cache({1, 2, 8, DType::kFP8E4M3, 4}, KvScales::ones(1, 2));
+  std::vector<float> k(2 * 2 * 8), v(2 * 2 * 8);
+  const ForwardBatch bad = store_batch({1, 4});
+  EXPECT_THROW(be->kv_store(view_of(k, {2, 2, 8}), view_of(v, {2, 2, 8}), be->upload_batch(bad), cache->layer(0)),
+               Error);
+  const ForwardBatch ok = store_batch({1, 3});
+  EXPECT_THROW(be->kv_store(view_of(k, {2, 4, 4}), view_of(v, {2, 2, 8}), be->upload_batch(ok), cache->layer(0)),
+               Error);
+}
+
+// (q_len, kv_len) of each sequence: decode, extend over a cached prefix, full prefill, a
+// one-token sequence, and a longer extend.
+const std::vector<std::pair<int, int>> kSeqs = {{1, 37}, {5, 20}, {9, 9}, {1, 1}, {3, 64}};
+
+struct AttentionSetup {
+  ForwardBatch step;
+  std::vector<float> q;  // [T, Hq, D]
+};
+
+// Fills a pool with each sequence's cached prefix and the step's new tokens (through kv_store),
+// over a random permutation of the slots, and returns the step's batch and queries.
+AttentionSetup fill_pool(Backend& be, const KvLayer& l, Rng& rng, int64_t hq, int64_t hkv, int64_t d,
+                         int64_t num_slots) {
+  std::vector<int32_t> perm(static_cast<size_t>(num_slots - 1));
+  std::iota(perm.begin(), perm.end(), 1);  // slot 0 stays the allocator's reserved slot
+  std::shuffle(perm.begin(), perm.end(), rng.gen());
+  AttentionSetup s;
+  ForwardBatch& fb = s.step;
+  fb.qo_indptr = {0};
+  fb.kv_indptr = {0};
+  std::vector<int32_t> prefix_slots;
+  size_t next = 0;
+  for (const auto& [q_len, kv_len] : kSeqs) {
+    for (int j = 0; j < kv_len; ++j) {
+      const int32_t slot = perm[next++];
+      fb.kv_indices.push_back(slot);
+      if (j < kv_len - q_len) {
+        prefix_slots.push_back(slot);
+      } else {
+        fb.tokens.push_back(rng.integer(0, 999));
+        fb.positions.push_back(j);
+        fb.out_slots.push_back(slot);
+      }
+    }
+    fb.qo_indptr.push_back(fb.qo_indptr.back() + q_len);
+    fb.kv_indptr.push_back(fb.kv_indptr.back() + kv_len);
+  }
+  const auto store = [&](const ForwardBatch& b) {
+    const auto n = static_cast<int64_t>(b.out_slots.size());
+    std::vector<float> k = rng.normals(static_cast<size_t>(n * hkv * d), 2.0f);
+    std::vector<float> v = rng.normals(static_cast<size_t>(n * hkv * d), 2.0f);
+    be.kv_store(view_of(k, {n, hkv, d}), view_of(v, {n, hkv, d}), be.upload_batch(b), l);
+  };
+  store(store_batch(prefix_slots));
+  store(fb);
+  s.q = rng.normals(fb.tokens.size() * static_cast<size_t>(hq * d), 1.5f);
+  return s;
+}
+
+// Causal softmax attention in double over the dequantized stored bytes.
+std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l, const ForwardBatch& fb, int64_t hq,
+                                  int64_t hkv, int64_t d, double softmax_scale) {
+  std::vector<double> out(q.size());
+  const int64_t group = hq / hkv;
+  for (int b = 0; b < fb.num_seqs(); ++b) {
+    const int q_len = fb.qo_indptr[b + 1] - fb.qo_indptr[b], kv_len = fb.kv_indptr[b + 1] - fb.kv_indptr[b];
+    for (int i = 0; i < q_len; ++i) {
+      const int64_t t = fb.qo_indptr[b] + i;
+      const int n = kv_len - q_len + i + 1;
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        const double ks = l.k_scale.ptr<float>()[g], vs = l.v_scale.ptr<float>()[g];
+        std::vector<double> p(static_cast<size_t>(n));
+        for (int j = 0; j < n; ++j) {
+          const int64_t base = (fb.kv_indices[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e)
+            dot += q[static_cast<size_t>((t * hq + h) * d + e)] * stored(l.k, base + e) * ks;
+          p[static_cast<size_t>(j)] = dot * softmax_scale;
+        }
+        const double m = *std::max_element(p.begin(), p.end());
+        double sum = 0;
+        for (double& x : p) sum += (x = std::exp(x - m));
+        for (int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (int j = 0; j < n; ++j) {
+            const int64_t base = (fb.kv_indices[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
+            acc += p[static_cast<size_t>(j)] / sum * stored(l.v, base + e) * vs;
+          }
+          out[static_cast<size_t>((t * hq + h) * d + e)] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+class CpuAttentionTest : public ::testing::TestWithParam<std::tuple<int, int, DType>> {};
+
+TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
+  const auto [group, head_dim, kv_t] = GetParam();
+  const int64_t hkv = 2, hq = hkv * group, d = head_dim, num_slots = 200;
+  auto be = create_cpu_backend();
+  Rng rng(static_cast<uint64_t>(group * 1000 + head_dim * 10 + static_cast<int>(kv_t)));
+  auto cache = be->create_kv_cache({2, static_cast<int>(hkv), head_dim, kv_t, num_slots}, random_scales(rng, 2, 2));
+  const KvLayer l = cache->layer(1);
+  AttentionSetup s = fill_pool(*be, l, rng, hq, hkv, d, num_slots);
+  const auto t = static_cast<int64_t>(s.step.tokens.size());
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const DeviceBatch batch = be->upload_batch(s.step);
+  std::vector<float> out(s.q.size());
+  be->attention(view_of(s.q, {t, hq, d}), l, batch, softmax_scale, view_of(out, {t, hq, d}));
+  const std::vector<double> want = attention_ref(s.q, l, s.step, hq, hkv, d, softmax_scale);
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(out[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << "element " << i;
+  }
+
+  // Results do not depend on the thread count.
+  const int threads = omp_get_max_threads();
+  std::vector<float> out1(out.size());
+  omp_set_num_threads(1);
+  be->attention(view_of(s.q, {t, hq, d}), l, batch, softmax_scale, view_of(out1, {t, hq, d}));
+  omp_set_num_threads(3);
+  be->attention(view_of(s.q, {t, hq, d}), l, batch, softmax_scale, view_of(out, {t, hq, d}));
+  omp_set_num_threads(threads);
+  EXPECT_EQ(0, std::memcmp(out.data(), out1.data(), out.size() * sizeof(float)));
+
+  // bf16 queries and output: the reference sees the same rounded queries; one bf16 rounding apart.
+  HostArray qb(DType::kBF16, s.q), ob(DType::kBF16, s.q.size());
+  be->attention(qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
+  const std::vector<double> want_b = attention_ref(qb.values(), l, s.step, hq, hkv, d, softmax_scale);
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_NEAR(ob.get(i), want_b[i], std::max(1.0, std::abs(want_b[i])) / 128) << "element " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllShapes, CpuAttentionTest,
+                         ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(8, 64, 128),
+                                            ::testing::ValuesIn(kKvDTypes)),
+                         [](const auto& info) {
+                           return "group" + std::to_string(std::get<0>(info.param)) + "_d" +
+                                  std::to_string(std::get<1>(info.param)) + "_" +
+                                  std::string(dtype_name(std::get<2>(info.param)));
+                         });
+
+TEST(CpuAttentionErrors, RejectsMismatches) {
+  auto be = create_cpu_backend();
+  auto cache = be->create_kv_cache({1, 2, 8, DType::kBF16, 16}, KvScales::ones(1, 2));
+  ForwardBatch fb = store_batch({1, 2, 3});
+  const DeviceBatch batch = be->upload_batch(fb);
+  std::vector<float> q(3 * 6 * 8), out(q.size());
+  // 6 q heads over 2 kv heads is fine; 5 is not a multiple, and head_dim must match the pool.
+  EXPECT_NO_THROW(be->attention(view_of(q, {3, 6, 8}), cache->layer(0), batch, 0.3f, view_of(out, {3, 6, 8})));
+  EXPECT_THROW(be->attention(view_of(q, {3, 5, 8}), cache->layer(0), batch, 0.3f, view_of(out, {3, 5, 8})), Error);
+  EXPECT_THROW(be->attention(view_of(q, {3, 12, 4}), cache->layer(0), batch, 0.3f, view_of(out, {3, 12, 4})), Error);
+  fb.kv_indices[1] = 16;  // outside the pool
+  EXPECT_THROW(
+      be->attention(view_of(q, {3, 6, 8}), cache->layer(0), be->upload_batch(fb), 0.3f, view_of(out, {3, 6, 8})),
+      Error);
+}
+
+}  // namespace
+}  // namespace serve8
