@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/builtin_models.h"
 
 namespace serve8 {
 
@@ -122,9 +123,10 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
 
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
                                              int max_seqs) {
-  ModelConfig config = load_model_config(options.model_path);
+  const bool builtin = is_builtin_model_path(options.model_path);
+  ModelConfig config = builtin ? builtin_tiny_llama_config() : load_model_config(options.model_path);
   LlamaWeights weights;
-  if (options.load_format == "dummy") {
+  if (builtin || options.load_format == "dummy") {
     spdlog::info("model: dummy weights (seed {}) for {} ({} layers, hidden {}, {} params)", options.seed,
                  config.architecture, config.num_layers, config.hidden_size, config.num_parameters());
     weights = dummy_llama_weights(config, backend, options.seed);
