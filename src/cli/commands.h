@@ -11,5 +11,6 @@ using SetAction = std::function<void(std::function<int()>)>;
 
 void register_generate(CLI::App& root, SetAction set_action);
 void register_convert(CLI::App& root, SetAction set_action);
+void register_serve(CLI::App& root, SetAction set_action);
 
 }  // namespace serve8

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   auto set_action = [&action](std::function<int()> f) { action = std::move(f); };
   serve8::register_generate(app, set_action);
   serve8::register_convert(app, set_action);
+  serve8::register_serve(app, set_action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

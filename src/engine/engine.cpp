@@ -125,6 +125,13 @@ void Engine::drain_inbox() {
 void Engine::loop() {
   for (;;) {
     drain_inbox();
+    {
+      // Aborts and flushes change the pool without a step; publish them so an idle engine's
+      // stats are current (a server checks that every slot came back).
+      const SchedulerStats s = scheduler_->stats();
+      std::lock_guard<std::mutex> lk(mu_);
+      stats_ = s;
+    }
     if (stop_ && (!drain_ || !scheduler_->has_work())) break;
     if (!scheduler_->has_work()) {
       std::unique_lock<std::mutex> lk(mu_);
@@ -139,6 +146,7 @@ void Engine::loop() {
       throw;
     }
     const SchedulerStats s = scheduler_->stats();
+    if (step_observer_ && s.num_steps != stats_.num_steps) step_observer_(s.last_step_seconds);
     std::lock_guard<std::mutex> lk(mu_);
     stats_ = s;
   }

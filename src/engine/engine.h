@@ -61,6 +61,9 @@ class Engine {
 
   // Starts the scheduler thread. Without start(), run_until_idle() drives the scheduler inline.
   void start();
+  // Called on the scheduler thread after every step with its duration (the server's step-time
+  // histogram). Set it before start(); it must be quick and must not call back into the engine.
+  void set_step_observer(std::function<void(double seconds)> observer) { step_observer_ = std::move(observer); }
   // Stops accepting work; with drain, finishes what is queued and running first, else aborts it.
   void shutdown(bool drain);
 
@@ -100,6 +103,7 @@ class Engine {
   std::atomic<bool> drain_{false};
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> next_id_{0};
+  std::function<void(double)> step_observer_;
 };
 
 // Builds backend, model, KV pool and tokenizer from the arguments, logging what it chose.

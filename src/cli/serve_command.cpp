@@ -1,0 +1,114 @@
+// `serve8 serve`: the engine behind an HTTP server (SGLang's and OpenAI's APIs) until SIGINT or
+// SIGTERM. With no --model-path it serves a built-in tiny dummy-weight Llama, so the server can be
+// tried (and tested) with no checkpoint at hand.
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/builtin_models.h"
+#include "server/server.h"
+
+namespace serve8 {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+struct ServeArgs {
+  EngineArgs engine;
+  ServerOptions server;
+};
+
+// The Llama-2 tokenizer for the built-in model: ../shared beside the working directory (a
+// checkout's usual layout), else beside the source tree this binary was built from.
+std::string find_builtin_tokenizer() {
+  const fs::path rel = fs::path("shared") / "models" / "llama2-tokenizer";
+  const fs::path candidates[] = {fs::path("..") / rel, fs::path(__FILE__).parent_path() / ".." / ".." / ".." / rel};
+  for (const fs::path& c : candidates)
+    if (fs::exists(c / "tokenizer.model")) return fs::weakly_canonical(c).string();
+  return "";
+}
+
+std::string last_path_component(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string name = fs::path(path).filename().string();
+  return name.empty() ? path : name;
+}
+
+int run_serve(ServeArgs a) {
+  if (a.engine.model_path.empty()) {
+    a.engine.model_path = kBuiltinTinyLlamaPath;
+    if (a.engine.tokenizer_path.empty()) a.engine.tokenizer_path = find_builtin_tokenizer();
+    spdlog::warn(
+        "no --model-path: serving the BUILT-IN tiny Llama ({}): 2 layers, hidden 128, vocab 32000, DUMMY "
+        "(random) weights, so its output is noise; tokenizer: {}. Pass --model-path DIR to serve a real model.",
+        kBuiltinTinyLlamaPath,
+        a.engine.tokenizer_path.empty() ? "none found (../shared/models/llama2-tokenizer), token ids only"
+                                        : a.engine.tokenizer_path);
+  }
+  if (a.server.served_model_name.empty()) a.server.served_model_name = last_path_component(a.engine.model_path);
+  SERVE8_CHECK(a.server.port > 0 && a.server.port < 65536, "--port must be in 1..65535, got {}", a.server.port);
+  SERVE8_CHECK(a.server.max_request_bytes > 0, "--max-request-bytes must be positive");
+  SERVE8_CHECK(a.server.max_queued_requests >= 0, "--max-queued-requests must be >= 0 (0: unlimited)");
+
+  // A client that disconnects must not kill the server through SIGPIPE on the next write.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+
+  std::unique_ptr<Engine> engine = create_engine(a.engine);
+  engine->start();
+  HttpServer server(*engine, a.engine, a.server);
+  std::atomic<bool> done{false};
+  // Signal handlers may only set a flag; this thread turns the flag into a shutdown.
+  std::thread watcher([&] {
+    while (!done.load() && g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (g_stop_signal != 0) {
+      spdlog::info("received signal {}: shutting down (running requests get {} s to finish)",
+                   static_cast<int>(g_stop_signal), a.server.drain_seconds);
+      server.shutdown();
+    }
+  });
+  try {
+    server.run();
+  } catch (...) {
+    done = true;
+    watcher.join();
+    throw;
+  }
+  done = true;
+  watcher.join();
+  engine->shutdown(false);
+  spdlog::info("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& root, SetAction set_action) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* app = root.add_subcommand("serve", "serve a model over HTTP (SGLang and OpenAI APIs)");
+  add_engine_options(*app, a->engine);
+  app->add_option("--host", a->server.host, "address to listen on")->capture_default_str();
+  app->add_option("--port", a->server.port, "port to listen on")->capture_default_str();
+  app->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer <key>' on every route but /health*");
+  app->add_option("--served-model-name", a->server.served_model_name,
+                  "model name of the OpenAI API (default: the model path's last component)");
+  app->add_option("--max-request-bytes", a->server.max_request_bytes, "largest request body; larger gets 413")
+      ->capture_default_str();
+  app->add_option("--max-queued-requests", a->server.max_queued_requests,
+                  "answer 503 while this many requests wait (0: unlimited)")
+      ->capture_default_str();
+  app->callback([a, set_action] { set_action([a] { return run_serve(*a); }); });
+}
+
+}  // namespace serve8

@@ -1,0 +1,158 @@
+#include "server/generation.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace serve8 {
+
+void check_generation_input(const ServerContext& ctx, GenerationInput& in, const std::string& param,
+                            const std::string& max_param) {
+  const int n = static_cast<int>(in.input_ids.size());
+  const int context = ctx.context_length();
+  if (n == 0) throw_invalid(param, "The prompt is empty");
+  for (int32_t id : in.input_ids)
+    if (id < 0 || id >= ctx.vocab_size())
+      throw_invalid(param, "Token id {} is outside the vocabulary [0, {})", id, ctx.vocab_size());
+  if (n >= context)
+    throw_invalid(param, "This model's maximum context length is {} tokens, but the prompt has {} tokens", context, n);
+  const int64_t pool = ctx.engine.stats().slots_total;
+  if (n + 1 > pool) throw_invalid(param, "The prompt has {} tokens, but the KV pool holds only {}", n, pool);
+  SamplingParams& p = in.params;
+  if (p.max_new_tokens < 0) throw_invalid(max_param, "'{}' must be >= 0, got {}", max_param, p.max_new_tokens);
+  if (in.max_new_tokens_given) {
+    if (static_cast<int64_t>(n) + p.max_new_tokens > context)
+      throw_invalid(max_param,
+                    "This model's maximum context length is {} tokens; the prompt has {} and {} more were "
+                    "requested, {} in all",
+                    context, n, p.max_new_tokens, static_cast<int64_t>(n) + p.max_new_tokens);
+  } else {
+    p.max_new_tokens = std::min(p.max_new_tokens, context - n);
+  }
+  if (!p.stop.empty() && ctx.tokenizer() == nullptr)
+    throw_invalid("stop", "Stop strings need a tokenizer, and this model has none (use stop_token_ids)");
+  const std::string error = p.validate(ctx.vocab_size());
+  if (!error.empty()) throw invalid_request(error);
+}
+
+GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received)
+    : ctx_(ctx), inputs_(std::move(inputs)), received_(received) {
+  const auto n = static_cast<int64_t>(inputs_.size());
+  // Counted before the draining check: shutdown sets `draining` and then waits for in_flight to
+  // drop, so a request that passes the check is always one it waits for.
+  ctx_.in_flight += n;
+  try {
+    if (ctx_.draining || !ctx_.engine.accepting()) throw server_overloaded("The server is shutting down");
+    if (ctx_.options.max_queued_requests > 0) {
+      // The engine's queue, plus requests handed over but not yet in its stats (a burst arrives
+      // faster than the scheduler publishes them).
+      const SchedulerStats s = ctx_.engine.stats();
+      const int64_t waiting = std::max<int64_t>(s.num_waiting, ctx_.in_flight.load() - n - s.num_running);
+      if (waiting + n > ctx_.options.max_queued_requests)
+        throw server_overloaded(
+            fmt::format("The server is overloaded: {} requests are queued (--max-queued-requests {})", waiting,
+                        ctx_.options.max_queued_requests));
+    }
+    for (GenerationInput& in : inputs_) {
+      std::string rid = in.rid.empty() ? ctx_.new_request_id() : in.rid;
+      if (!ctx_.claim_rid(rid)) throw_invalid("rid", "A request with rid '{}' is already running", rid);
+      rids_.push_back(std::move(rid));
+    }
+  } catch (...) {
+    for (const std::string& r : rids_) ctx_.release_rid(r);
+    ctx_.in_flight -= n;
+    throw;
+  }
+  e2e_.assign(inputs_.size(), 0.0);
+  aborted_.assign(inputs_.size(), false);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    outputs_.push_back(std::make_unique<TextOutput>(ctx_.tokenizer(), inputs_[i].params, inputs_[i].input_ids));
+    streams_.push_back(ctx_.engine.submit(inputs_[i].input_ids, inputs_[i].params, rids_[i]));
+  }
+}
+
+GenerationRun::~GenerationRun() {
+  abort();
+  for (const std::string& r : rids_) ctx_.release_rid(r);
+  ctx_.in_flight -= static_cast<int64_t>(inputs_.size());
+}
+
+void GenerationRun::abort() {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (outputs_[i]->finished() || aborted_[i]) continue;
+    spdlog::debug("aborting request {}", rids_[i]);
+    ctx_.engine.abort(rids_[i]);
+    // Nobody reads the abort event that comes back, so count the abort here.
+    aborted_[i] = true;
+    ctx_.metrics.count_finished(FinishReason::kAbort);
+  }
+}
+
+void GenerationRun::apply_event(size_t i, const OutputEvent& ev) {
+  TextOutput& out = *outputs_[i];
+  const int tokens_before = out.completion_tokens();
+  out.apply(ev);
+  const double since = std::chrono::duration<double>(Clock::now() - received_).count();
+  if (tokens_before == 0 && out.completion_tokens() > 0) ctx_.metrics.observe_ttft(since);
+  if (!out.finished()) return;
+  num_finished_++;
+  if (aborted_[i]) return;  // counted when it was aborted
+  e2e_[i] = since;
+  if (out.error().empty()) ctx_.metrics.observe_e2e(since);
+  ctx_.metrics.count_finished(out.reason());
+}
+
+bool GenerationRun::drain_events(size_t i) {
+  bool changed = false;
+  while (!outputs_[i]->finished()) {
+    std::optional<OutputEvent> ev = streams_[i]->next(std::chrono::milliseconds(0));
+    if (!ev) break;
+    apply_event(i, *ev);
+    changed = true;
+  }
+  return changed;
+}
+
+std::vector<size_t> GenerationRun::poll(std::chrono::milliseconds timeout) {
+  std::vector<size_t> changed;
+  changed.swap(changed_before_);
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    for (size_t i = 0; i < outputs_.size(); ++i)
+      if (drain_events(i) && std::find(changed.begin(), changed.end(), i) == changed.end()) changed.push_back(i);
+    const auto now = Clock::now();
+    if (!changed.empty() || all_finished() || now >= deadline) return changed;
+    // Block on one unfinished stream; with several, wake often enough to see the others.
+    const size_t first = static_cast<size_t>(
+        std::find_if(outputs_.begin(), outputs_.end(), [](const auto& o) { return !o->finished(); }) -
+        outputs_.begin());
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) + std::chrono::milliseconds(1);
+    if (outputs_.size() > 1) wait = std::min(wait, std::chrono::milliseconds(2));
+    if (std::optional<OutputEvent> ev = streams_[first]->next(wait)) {
+      apply_event(first, *ev);
+      changed.push_back(first);
+    }
+  }
+}
+
+std::optional<ApiError> GenerationRun::await_start(std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto now = Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    for (size_t i : poll(std::max(left, std::chrono::milliseconds(0))))
+      if (std::find(changed_before_.begin(), changed_before_.end(), i) == changed_before_.end())
+        changed_before_.push_back(i);
+    for (size_t i = 0; i < outputs_.size(); ++i) {
+      const TextOutput& out = *outputs_[i];
+      if (out.error().empty()) continue;
+      if (!ctx_.engine.accepting()) return server_overloaded(out.error());
+      return invalid_request(out.error());
+    }
+    const bool started =
+        std::all_of(outputs_.begin(), outputs_.end(), [](const auto& o) { return o->num_events() > 0; });
+    if (started || Clock::now() >= deadline) return std::nullopt;
+  }
+}
+
+}  // namespace serve8

@@ -1,0 +1,244 @@
+#include "server/json_params.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace serve8 {
+
+namespace {
+
+std::string type_name(const Json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+const Json* field(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int32_t to_int32(int64_t v, const std::string& param) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    throw_invalid(param, "'{}' is out of range: {}", param, v);
+  return static_cast<int32_t>(v);
+}
+
+int64_t integer_value(const Json& v, const std::string& param) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      throw_invalid(param, "'{}' is out of range: {}", param, u);
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  // Python clients sometimes send 16.0; accept integral floats in range.
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+  }
+  throw_invalid(param, "'{}' must be an integer, got {}", param, type_name(v));
+}
+
+// Parameters serve8 does not implement are fine at the value that means "off".
+void check_neutral(const Json& obj, const char* key, double neutral, const std::string& param) {
+  if (auto v = read_number(obj, key, param); v && *v != neutral)
+    throw_invalid(param, "'{}' is not supported by serve8 (only {} is accepted)", param, neutral);
+}
+
+void check_absent(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (v == nullptr) return;
+  if ((v->is_boolean() && !v->get<bool>()) || (v->is_number() && v->get<double>() == 0.0) ||
+      ((v->is_array() || v->is_object()) && v->empty()))
+    return;
+  throw_invalid(param, "'{}' is not supported by serve8", param);
+}
+
+}  // namespace
+
+Json parse_json_object(const std::string& body) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // Parse again to get the parser's message (position, and whether it was bad UTF-8).
+    try {
+      const Json reparsed = Json::parse(body);
+      (void)reparsed;
+    } catch (const Json::parse_error& e) {
+      throw invalid_request(std::string("The request body is not valid JSON: ") + e.what());
+    }
+    throw invalid_request("The request body is not valid JSON");
+  }
+  if (!j.is_object()) throw invalid_request("The request body must be a JSON object, got " + type_name(j));
+  return j;
+}
+
+std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string error_body(const ApiError& e) {
+  Json err = {{"message", e.message()}, {"type", e.type()}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param().empty()) err["param"] = e.param();
+  if (!e.code().empty()) err["code"] = e.code();
+  // SGLang's clients read a top-level "object": "error" too; it costs nothing to include.
+  return dump_json(Json{{"object", "error"}, {"error", err}});
+}
+
+std::optional<double> read_number(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) throw_invalid(param, "'{}' must be a number, got {}", param, type_name(*v));
+  return v->get<double>();
+}
+
+std::optional<int64_t> read_integer(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (v == nullptr) return std::nullopt;
+  return integer_value(*v, param);
+}
+
+std::optional<bool> read_bool(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) throw_invalid(param, "'{}' must be a boolean, got {}", param, type_name(*v));
+  return v->get<bool>();
+}
+
+std::optional<std::string> read_string(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) throw_invalid(param, "'{}' must be a string, got {}", param, type_name(*v));
+  return v->get<std::string>();
+}
+
+std::vector<std::string> read_stop(const Json& value, const std::string& param) {
+  std::vector<std::string> out;
+  if (value.is_null()) return out;
+  if (value.is_string()) {
+    out.push_back(value.get<std::string>());
+  } else if (value.is_array()) {
+    for (const Json& s : value) {
+      if (!s.is_string()) throw_invalid(param, "'{}' must be a string or a list of strings", param);
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    throw_invalid(param, "'{}' must be a string or a list of strings, got {}", param, type_name(value));
+  }
+  for (const std::string& s : out)
+    if (s.empty()) throw_invalid(param, "'{}' must not contain empty strings", param);
+  return out;
+}
+
+bool is_token_list(const Json& value) { return value.is_array() && !value.empty() && value.front().is_number(); }
+
+std::vector<int32_t> read_token_ids(const Json& value, const std::string& param) {
+  if (!value.is_array()) throw_invalid(param, "'{}' must be a list of token ids, got {}", param, type_name(value));
+  std::vector<int32_t> ids;
+  ids.reserve(value.size());
+  for (const Json& v : value) ids.push_back(to_int32(integer_value(v, param), param));
+  return ids;
+}
+
+void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& p,
+                                  bool& max_new_tokens_given) {
+  if (sp.is_null()) return;
+  if (!sp.is_object()) throw_invalid(param, "'{}' must be an object, got {}", param, type_name(sp));
+  static const char* const kKnown[] = {"temperature",
+                                       "top_p",
+                                       "top_k",
+                                       "min_p",
+                                       "max_new_tokens",
+                                       "stop",
+                                       "stop_token_ids",
+                                       "ignore_eos",
+                                       "skip_special_tokens",
+                                       "seed",
+                                       "sampling_seed",
+                                       "frequency_penalty",
+                                       "presence_penalty",
+                                       "repetition_penalty",
+                                       "min_new_tokens",
+                                       "n",
+                                       "no_stop_trim",
+                                       "spaces_between_special_tokens",
+                                       "regex",
+                                       "json_schema",
+                                       "ebnf",
+                                       "structural_tag",
+                                       "custom_params",
+                                       "stream_interval",
+                                       "logit_bias"};
+  for (auto it = sp.begin(); it != sp.end(); ++it) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) == std::end(kKnown))
+      throw_invalid(param + "." + it.key(), "Unknown sampling parameter '{}'", it.key());
+  }
+  auto path = [&](const char* key) { return param + "." + key; };
+  if (auto v = read_number(sp, "temperature", path("temperature"))) p.temperature = static_cast<float>(*v);
+  if (auto v = read_number(sp, "top_p", path("top_p"))) p.top_p = static_cast<float>(*v);
+  if (auto v = read_integer(sp, "top_k", path("top_k"))) p.top_k = to_int32(*v, path("top_k"));
+  if (auto v = read_number(sp, "min_p", path("min_p"))) p.min_p = static_cast<float>(*v);
+  if (auto v = read_integer(sp, "max_new_tokens", path("max_new_tokens"))) {
+    p.max_new_tokens = to_int32(*v, path("max_new_tokens"));
+    max_new_tokens_given = true;
+  }
+  if (sp.contains("stop")) p.stop = read_stop(sp["stop"], path("stop"));
+  if (const Json* v = field(sp, "stop_token_ids")) {
+    for (int32_t id : read_token_ids(*v, path("stop_token_ids"))) p.stop_token_ids.push_back(id);
+  }
+  if (auto v = read_bool(sp, "ignore_eos", path("ignore_eos"))) p.ignore_eos = *v;
+  if (auto v = read_bool(sp, "skip_special_tokens", path("skip_special_tokens"))) p.skip_special_tokens = *v;
+  for (const char* key : {"seed", "sampling_seed"})
+    if (auto v = read_integer(sp, key, path(key))) p.seed = static_cast<uint64_t>(*v);
+  check_neutral(sp, "frequency_penalty", 0.0, path("frequency_penalty"));
+  check_neutral(sp, "presence_penalty", 0.0, path("presence_penalty"));
+  check_neutral(sp, "repetition_penalty", 1.0, path("repetition_penalty"));
+  check_neutral(sp, "min_new_tokens", 0.0, path("min_new_tokens"));
+  check_neutral(sp, "n", 1.0, path("n"));
+  if (auto v = read_bool(sp, "no_stop_trim", path("no_stop_trim")); v && *v)
+    throw_invalid(path("no_stop_trim"), "'no_stop_trim' is not supported by serve8");
+  for (const char* key : {"regex", "json_schema", "ebnf", "structural_tag", "logit_bias"})
+    check_absent(sp, key, path(key));
+}
+
+void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p, bool& max_tokens_given) {
+  // OpenAI's defaults: 16 tokens for completions, as many as the context allows for chat.
+  p.max_new_tokens = chat ? std::numeric_limits<int32_t>::max() : 16;
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (auto v = read_integer(body, key, key)) {
+      p.max_new_tokens = to_int32(*v, key);
+      max_tokens_given = true;
+    }
+  }
+  if (auto v = read_number(body, "temperature", "temperature")) p.temperature = static_cast<float>(*v);
+  if (auto v = read_number(body, "top_p", "top_p")) p.top_p = static_cast<float>(*v);
+  if (auto v = read_integer(body, "top_k", "top_k")) p.top_k = to_int32(*v, "top_k");
+  if (auto v = read_number(body, "min_p", "min_p")) p.min_p = static_cast<float>(*v);
+  if (auto v = read_integer(body, "seed", "seed")) p.seed = static_cast<uint64_t>(*v);
+  if (body.contains("stop")) p.stop = read_stop(body["stop"], "stop");
+  if (const Json* v = field(body, "stop_token_ids")) p.stop_token_ids = read_token_ids(*v, "stop_token_ids");
+  if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
+  if (auto v = read_bool(body, "skip_special_tokens", "skip_special_tokens")) p.skip_special_tokens = *v;
+  if (auto n = read_integer(body, "n", "n"); n && *n != 1) throw_invalid("n", "Only n = 1 is supported, got {}", *n);
+  if (auto n = read_integer(body, "best_of", "best_of"); n && *n != 1)
+    throw_invalid("best_of", "Only best_of = 1 is supported, got {}", *n);
+  check_absent(body, "logprobs", "logprobs");
+  check_absent(body, "top_logprobs", "top_logprobs");
+  check_absent(body, "logit_bias", "logit_bias");
+  check_absent(body, "tools", "tools");
+  check_neutral(body, "frequency_penalty", 0.0, "frequency_penalty");
+  check_neutral(body, "presence_penalty", 0.0, "presence_penalty");
+  check_neutral(body, "repetition_penalty", 1.0, "repetition_penalty");
+  if (auto v = read_bool(body, "echo", "echo"); v && *v) throw_invalid("echo", "'echo' is not supported by serve8");
+  if (!chat && field(body, "suffix") != nullptr) throw_invalid("suffix", "'suffix' is not supported by serve8");
+  if (const Json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || rf->value("type", "") != "text")
+      throw_invalid("response_format", "Only response_format {{\"type\": \"text\"}} is supported");
+  }
+}
+
+}  // namespace serve8

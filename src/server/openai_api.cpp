@@ -1,0 +1,247 @@
+// OpenAI's routes: /v1/models, /v1/completions and /v1/chat/completions, streamed
+// ("chat.completion.chunk" deltas, usage last when stream_options.include_usage) or not.
+#include <httplib.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/generation.h"
+#include "server/json_params.h"
+#include "server/routes.h"
+
+namespace serve8 {
+
+namespace {
+
+Json finish_reason(const TextOutput& out) {
+  if (!out.finished()) return nullptr;
+  return finish_reason_name(out.reason());
+}
+
+Json matched_stop(const TextOutput& out) {
+  if (out.matched_token_id() >= 0) return out.matched_token_id();
+  if (!out.matched_string().empty()) return out.matched_string();
+  return nullptr;
+}
+
+Json usage_json(const GenerationRun& run) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    prompt += static_cast<int64_t>(run.input_ids(i).size());
+    completion += run.output(i).completion_tokens();
+    cached += run.output(i).cached_tokens();
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+void check_model(const ServerContext& ctx, const Json& body) {
+  // The model field is required by OpenAI; serve8 accepts its omission, but never a wrong name.
+  if (auto model = read_string(body, "model", "model"); model && *model != ctx.options.served_model_name)
+    throw model_not_found(*model, ctx.options.served_model_name);
+}
+
+struct Common {
+  std::string id;
+  int64_t created = 0;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+Common read_common(ServerContext& ctx, const Json& body, const char* id_prefix) {
+  Common c;
+  c.id = std::string(id_prefix) + ctx.new_request_id();
+  c.created = static_cast<int64_t>(std::time(nullptr));
+  c.stream = read_bool(body, "stream", "stream").value_or(false);
+  auto it = body.find("stream_options");
+  if (it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw_invalid("stream_options", "'stream_options' must be an object");
+    c.include_usage = read_bool(*it, "include_usage", "stream_options.include_usage").value_or(false);
+  }
+  return c;
+}
+
+// The prompts of a completions body: a string, a list of strings, a list of ids or a list of lists.
+std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const Json& body) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) throw_invalid("prompt", "'prompt' is required");
+  const Json& prompt = *it;
+  std::vector<GenerationInput> inputs;
+  auto add_text = [&](const Json& t) {
+    if (!t.is_string()) throw_invalid("prompt", "'prompt' must be a string, a list of strings or token ids");
+    const std::string text = t.get<std::string>();
+    if (text.empty()) throw_invalid("prompt", "The prompt is empty");
+    if (ctx.tokenizer() == nullptr)
+      throw_invalid("prompt", "This model has no tokenizer, so it cannot take text; send the prompt as token ids");
+    GenerationInput in;
+    in.input_ids = ctx.tokenizer()->encode(text, true);
+    inputs.push_back(std::move(in));
+  };
+  if (prompt.is_string()) {
+    add_text(prompt);
+  } else if (is_token_list(prompt)) {
+    GenerationInput in;
+    in.input_ids = read_token_ids(prompt, "prompt");
+    inputs.push_back(std::move(in));
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const Json& p : prompt) {
+      if (p.is_array()) {
+        GenerationInput in;
+        in.input_ids = read_token_ids(p, "prompt");
+        inputs.push_back(std::move(in));
+      } else {
+        add_text(p);
+      }
+    }
+  } else {
+    throw_invalid("prompt", "'prompt' must be a non-empty string, a list of strings or token ids");
+  }
+  return inputs;
+}
+
+std::vector<ChatMessage> chat_messages(const Json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty())
+    throw_invalid("messages", "'messages' must be a non-empty list of messages");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw_invalid(param, "'{}' must be an object with 'role' and 'content'", param);
+    ChatMessage msg;
+    msg.role = read_string(m, "role", param + ".role").value_or("");
+    if (msg.role.empty()) throw_invalid(param + ".role", "'{}.role' is required", param);
+    if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
+    auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      msg.content = "";
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const Json& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          throw_invalid(param + ".content", "Only text content parts are supported");
+        msg.content += part["text"].get<std::string>();
+      }
+    } else {
+      throw_invalid(param + ".content", "'{}.content' must be a string or a list of text parts", param);
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}
+
+void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bool chat,
+                std::vector<GenerationInput> inputs, const Common& c, Clock::time_point received) {
+  SamplingParams params;
+  bool max_given = false;
+  parse_openai_sampling_params(body, chat, params, max_given);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    inputs[i].params = params;
+    inputs[i].max_new_tokens_given = max_given;
+    inputs[i].rid = inputs.size() == 1 ? c.id : fmt::format("{}-{}", c.id, i);
+    check_generation_input(ctx, inputs[i], chat ? "messages" : "prompt", "max_tokens");
+  }
+  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
+  const std::string model = ctx.options.served_model_name;
+  const char* object = chat ? "chat.completion.chunk" : "text_completion";
+  auto chunk_base = [c, model, object] {
+    return Json{{"id", c.id}, {"object", object}, {"created", c.created}, {"model", model}};
+  };
+  StreamFormat format;
+  // Chat streams open with the assistant role, as OpenAI's do, before any content.
+  auto opened = std::make_shared<std::vector<bool>>(run->size(), false);
+  format.on_change = [=](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
+    for (size_t i : changed) {
+      TextOutput& o = r.output(i);
+      const std::string delta = o.take_delta();
+      if (delta.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
+      Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
+      if (chat) {
+        Json d = Json::object();
+        if (!(*opened)[i]) d["role"] = "assistant";
+        if (!delta.empty() || !(*opened)[i]) d["content"] = delta;
+        (*opened)[i] = true;
+        choice["delta"] = d;
+      } else {
+        choice["text"] = delta;
+      }
+      if (o.finished()) choice["matched_stop"] = matched_stop(o);
+      Json chunk = chunk_base();
+      chunk["choices"] = Json::array({choice});
+      chunk["usage"] = nullptr;
+      out.push_back(dump_json(chunk));
+    }
+  };
+  if (c.include_usage) {
+    format.on_end = [=](GenerationRun& r, std::vector<std::string>& out) {
+      Json chunk = chunk_base();
+      chunk["choices"] = Json::array();
+      chunk["usage"] = usage_json(r);
+      out.push_back(dump_json(chunk));
+    };
+  }
+  respond_with_run(res, run, c.stream ? &format : nullptr, [=](GenerationRun& r) {
+    Json choices = Json::array();
+    for (size_t i = 0; i < r.size(); ++i) {
+      const TextOutput& o = r.output(i);
+      Json choice = {
+          {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}, {"matched_stop", matched_stop(o)}};
+      const std::string text(o.visible_text());
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      } else {
+        choice["text"] = text;
+      }
+      choices.push_back(choice);
+    }
+    return dump_json(Json{{"id", c.id},
+                          {"object", chat ? "chat.completion" : "text_completion"},
+                          {"created", c.created},
+                          {"model", model},
+                          {"choices", choices},
+                          {"usage", usage_json(r)}});
+  });
+}
+
+}  // namespace
+
+void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
+  server.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
+    Json model = {{"id", ctx.options.served_model_name},   {"object", "model"},
+                  {"created", ctx.created_unix},           {"owned_by", "serve8"},
+                  {"root", ctx.options.served_model_name}, {"max_model_len", ctx.context_length()}};
+    send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({model})}}));
+  });
+  server.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    const auto received = Clock::now();
+    const Json body = parse_json_object(req.body);
+    check_model(ctx, body);
+    const Common c = read_common(ctx, body, "cmpl-");
+    run_openai(ctx, res, body, false, completion_prompts(ctx, body), c, received);
+  });
+  server.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    const auto received = Clock::now();
+    const Json body = parse_json_object(req.body);
+    check_model(ctx, body);
+    const Common c = read_common(ctx, body, "chatcmpl-");
+    const std::vector<ChatMessage> messages = chat_messages(body);
+    if (ctx.tokenizer() == nullptr)
+      throw_invalid("messages", "This model has no tokenizer, so it cannot serve chat; use /generate with input_ids");
+    GenerationInput in;
+    try {
+      in.input_ids = ctx.tokenizer()->encode_chat(messages, true);
+    } catch (const Error& e) {
+      throw invalid_request(e.what(), "messages");
+    }
+    std::vector<GenerationInput> inputs;
+    inputs.push_back(std::move(in));
+    run_openai(ctx, res, body, true, std::move(inputs), c, received);
+  });
+}
+
+}  // namespace serve8

@@ -1,0 +1,43 @@
+// What the route files share: registration entry points and the helpers that turn a
+// GenerationRun or an error into an HTTP response. Internal to server/.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace serve8 {
+
+struct ServerContext;
+class GenerationRun;
+class ApiError;
+
+void register_sglang_routes(httplib::Server& server, ServerContext& ctx);
+void register_openai_routes(httplib::Server& server, ServerContext& ctx);
+
+void send_json(httplib::Response& res, const std::string& body, int status = 200);
+void send_error(httplib::Response& res, const ApiError& e);
+
+// How a streamed response renders its server-sent events.
+struct StreamFormat {
+  // Payloads (JSON texts) for the requests of the run whose output changed.
+  std::function<void(GenerationRun& run, const std::vector<size_t>& changed, std::vector<std::string>& out)> on_change;
+  // Payloads after every request finished (OpenAI's usage chunk); may be left empty.
+  std::function<void(GenerationRun& run, std::vector<std::string>& out)> on_end;
+};
+
+// Answers with `run`'s output: as server-sent events ("data: {...}\n\n" ... "data: [DONE]\n\n")
+// when `format` is given, else as the single JSON body `body(run)` once every request finished.
+// An engine refusal that arrives promptly becomes an error status; a client that disconnects
+// while its requests run has them aborted. Throws ApiError for the former.
+void respond_with_run(httplib::Response& res, std::shared_ptr<GenerationRun> run, const StreamFormat* format,
+                      std::function<std::string(GenerationRun& run)> body);
+
+}  // namespace serve8

@@ -1,0 +1,45 @@
+// HttpServer: the HTTP front of one Engine: SGLang's native routes (/generate, /get_server_info,
+// /flush_cache...), OpenAI's (/v1/completions, /v1/chat/completions, /v1/models) and Prometheus
+// /metrics. Handler threads parse and validate requests, submit them to the engine and turn its
+// output events into responses; they never touch the scheduler's state.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace serve8 {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string api_key;            // empty: no authentication
+  std::string served_model_name;  // the name OpenAI routes answer to
+  size_t max_request_bytes = 10u << 20;
+  int max_queued_requests = 0;  // 503 beyond this many waiting requests; 0: unlimited
+  double drain_seconds = 5.0;   // on shutdown, how long running requests may finish
+};
+
+class HttpServer {
+ public:
+  // `engine` must be started and outlive the server; `engine_args` is reported by /get_server_info.
+  HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the port (throws Error when it cannot) and serves until shutdown() has run and every
+  // handler has returned.
+  void run();
+  // Stops accepting connections, lets running requests finish for up to drain_seconds, then
+  // aborts the rest through the engine. Safe to call from any thread, once run() is serving.
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace serve8

@@ -1,0 +1,46 @@
+// ServerContext: what every route handler shares: the engine, the options, the metrics and the
+// bookkeeping of requests in flight. Handlers run on many threads; everything here is safe to use
+// from any of them.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace serve8 {
+
+struct ServerContext {
+  ServerContext(Engine& engine, const EngineArgs& engine_args, const ServerOptions& options);
+
+  Engine& engine;
+  const EngineArgs engine_args;
+  const ServerOptions options;
+  const int64_t created_unix;  // server start, for OpenAI's "created" of /v1/models
+  Metrics metrics;
+  std::atomic<int64_t> in_flight{0};  // generation requests submitted and not yet answered
+  std::atomic<bool> draining{false};  // shutting down: new generation requests get 503
+
+  const Tokenizer* tokenizer() const { return engine.tokenizer(); }
+  int vocab_size() const { return engine.model_config().vocab_size; }
+  int context_length() const { return engine.context_length(); }
+
+  // A fresh request id (32 hex digits, as SGLang's).
+  std::string new_request_id();
+  // Claims a request id for the duration of a request; false when a live request holds it (aborts
+  // go by id, so two live requests must never share one).
+  bool claim_rid(const std::string& rid);
+  void release_rid(const std::string& rid);
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string> active_rids_;
+  uint64_t id_state_;
+};
+
+}  // namespace serve8

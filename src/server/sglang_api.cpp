@@ -1,0 +1,238 @@
+// SGLang's native routes: POST /generate (text or input_ids, one or a batch, streamed or not), the
+// health checks, /get_model_info, /get_server_info, /flush_cache and /abort_request, with the
+// shapes SGLang's clients (bench_serving among them) read.
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "server/generation.h"
+#include "server/json_params.h"
+#include "server/routes.h"
+
+namespace serve8 {
+
+namespace {
+
+Json finish_reason_json(const TextOutput& out) {
+  switch (out.reason()) {
+    case FinishReason::kNone:
+      return nullptr;
+    case FinishReason::kStop:
+      if (out.matched_token_id() >= 0) return {{"type", "stop"}, {"matched", out.matched_token_id()}};
+      return {{"type", "stop"}, {"matched", out.matched_string()}};
+    case FinishReason::kLength:
+      return {{"type", "length"}, {"length", out.completion_tokens()}};
+    case FinishReason::kAbort:
+      return {{"type", "abort"}, {"message", out.error().empty() ? "aborted" : out.error()}};
+  }
+  return nullptr;
+}
+
+Json result_json(const GenerationRun& run, size_t i) {
+  const TextOutput& out = run.output(i);
+  Json meta = {{"id", run.rid(i)},
+               {"finish_reason", finish_reason_json(out)},
+               {"prompt_tokens", static_cast<int>(run.input_ids(i).size())},
+               {"completion_tokens", out.completion_tokens()},
+               {"cached_tokens", out.cached_tokens()}};
+  if (out.finished()) meta["e2e_latency"] = run.e2e_seconds(i);
+  return {{"text", std::string(out.visible_text())}, {"output_ids", out.output_ids()}, {"meta_info", meta}};
+}
+
+// The prompts of a /generate body: `text` (a string or a list) or `input_ids` (a list of ids or
+// a list of lists). Sets `batch` when the body holds a list of prompts.
+std::vector<GenerationInput> parse_prompts(const ServerContext& ctx, const Json& body, bool& batch) {
+  const bool has_text = body.contains("text") && !body["text"].is_null();
+  const bool has_ids = body.contains("input_ids") && !body["input_ids"].is_null();
+  if (has_text && has_ids) throw_invalid("text", "Give either 'text' or 'input_ids', not both");
+  if (!has_text && !has_ids) throw_invalid("text", "The request needs 'text' or 'input_ids'");
+  std::vector<GenerationInput> inputs;
+  if (has_text) {
+    const Json& text = body["text"];
+    std::vector<std::string> texts;
+    if (text.is_string()) {
+      texts.push_back(text.get<std::string>());
+    } else if (text.is_array()) {
+      batch = true;
+      for (const Json& t : text) {
+        if (!t.is_string()) throw_invalid("text", "'text' must be a string or a list of strings");
+        texts.push_back(t.get<std::string>());
+      }
+    } else {
+      throw_invalid("text", "'text' must be a string or a list of strings");
+    }
+    if (ctx.tokenizer() == nullptr)
+      throw_invalid("text",
+                    "This model has no tokenizer, so it cannot take text; send 'input_ids' instead "
+                    "(or start the server with --tokenizer-path)");
+    for (const std::string& t : texts) {
+      if (t.empty()) throw_invalid("text", "The prompt is empty");
+      GenerationInput in;
+      in.input_ids = ctx.tokenizer()->encode(t, true);
+      inputs.push_back(std::move(in));
+    }
+  } else {
+    const Json& ids = body["input_ids"];
+    if (ids.is_array() && !ids.empty() && ids.front().is_array()) {
+      batch = true;
+      for (const Json& one : ids) {
+        GenerationInput in;
+        in.input_ids = read_token_ids(one, "input_ids");
+        inputs.push_back(std::move(in));
+      }
+    } else {
+      GenerationInput in;
+      in.input_ids = read_token_ids(ids, "input_ids");
+      inputs.push_back(std::move(in));
+    }
+  }
+  if (inputs.empty()) throw_invalid(has_text ? "text" : "input_ids", "The batch of prompts is empty");
+  return inputs;
+}
+
+void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const auto received = Clock::now();
+  const Json body = parse_json_object(req.body);
+  bool batch = false;
+  std::vector<GenerationInput> inputs = parse_prompts(ctx, body, batch);
+  const Json sp = body.value("sampling_params", Json());
+  if (sp.is_array() && (!batch || sp.size() != inputs.size()))
+    throw_invalid("sampling_params", "A list of sampling_params needs one entry per prompt ({} prompts, {} entries)",
+                  inputs.size(), sp.size());
+  const Json rid = body.value("rid", Json());
+  if (!rid.is_null() && !(rid.is_string() && !batch) && !(rid.is_array() && batch && rid.size() == inputs.size()))
+    throw_invalid("rid", "'rid' must be a string (or, for a batch, a list with one string per prompt)");
+  if (read_bool(body, "return_logprob", "return_logprob").value_or(false))
+    throw_invalid("return_logprob", "Logprobs are not supported by serve8");
+  const bool stream = read_bool(body, "stream", "stream").value_or(false);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GenerationInput& in = inputs[i];
+    const std::string param = batch ? fmt::format("sampling_params[{}]", i) : "sampling_params";
+    parse_sglang_sampling_params(sp.is_array() ? sp[i] : sp, param, in.params, in.max_new_tokens_given);
+    if (rid.is_string()) in.rid = rid.get<std::string>();
+    if (rid.is_array()) {
+      if (!rid[i].is_string()) throw_invalid("rid", "'rid' must be a list of strings");
+      in.rid = rid[i].get<std::string>();
+    }
+    check_generation_input(ctx, in, body.contains("text") ? "text" : "input_ids", param + ".max_new_tokens");
+  }
+  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
+  StreamFormat format;
+  format.on_change = [batch](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
+    for (size_t i : changed) {
+      Json chunk = result_json(r, i);
+      if (batch) chunk["index"] = i;
+      out.push_back(dump_json(chunk));
+    }
+  };
+  respond_with_run(res, run, stream ? &format : nullptr, [batch](GenerationRun& r) {
+    if (!batch) return dump_json(result_json(r, 0));
+    Json all = Json::array();
+    for (size_t i = 0; i < r.size(); ++i) all.push_back(result_json(r, i));
+    return dump_json(all);
+  });
+}
+
+// /health_generate: one greedy token through the whole engine.
+void handle_health_generate(ServerContext& ctx, httplib::Response& res) {
+  GenerationInput in;
+  const int bos = ctx.engine.model_config().bos_token_id;
+  in.input_ids = {bos >= 0 ? bos : 0};
+  in.params.max_new_tokens = 1;
+  in.params.temperature = 0.0f;
+  in.params.ignore_eos = true;
+  in.max_new_tokens_given = true;
+  in.rid = "health-" + ctx.new_request_id();
+  std::vector<GenerationInput> inputs;
+  inputs.push_back(std::move(in));
+  GenerationRun run(ctx, std::move(inputs), Clock::now());
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!run.all_finished() && Clock::now() < deadline) run.poll(std::chrono::milliseconds(100));
+  if (!run.all_finished() || run.output(0).completion_tokens() != 1)
+    throw ApiError(503, "The engine did not generate a token within 30 s", "server_error", "", "unhealthy");
+  res.status = 200;
+}
+
+Json server_info(const ServerContext& ctx) {
+  const SchedulerStats s = ctx.engine.stats();
+  const EngineArgs& a = ctx.engine_args;
+  const KvCacheConfig& kv = ctx.engine.kv_config();
+  Json slots = {{"total", s.slots_total},
+                {"free", s.slots_free},
+                {"used", s.slots_total - s.slots_free},
+                {"cached", s.slots_cached},
+                {"available", s.slots_free + s.slots_cached}};
+  Json internal = {{"num_running_reqs", s.num_running},
+                   {"num_waiting_reqs", s.num_waiting},
+                   {"last_step_seconds", s.last_step_seconds},
+                   {"avg_spec_accept_length", nullptr}};
+  return {{"version", "serve8"},
+          {"model_path", a.model_path},
+          {"tokenizer_path", a.tokenizer_path},
+          {"served_model_name", ctx.options.served_model_name},
+          {"host", ctx.options.host},
+          {"port", ctx.options.port},
+          {"device", ctx.engine.backend().name()},
+          {"kv_cache_dtype", std::string(dtype_name(kv.dtype))},
+          {"kv_bytes_per_token", kv.bytes_per_token()},
+          {"context_length", ctx.context_length()},
+          {"max_total_num_tokens", s.slots_total},
+          {"max_running_requests", a.scheduler.max_running_requests},
+          {"chunked_prefill_size", a.scheduler.chunked_prefill_size},
+          {"max_prefill_tokens", a.scheduler.max_prefill_tokens},
+          {"disable_radix_cache", a.scheduler.disable_radix_cache},
+          {"max_queued_requests", ctx.options.max_queued_requests},
+          {"kv_slots", slots},
+          {"num_running_reqs", s.num_running},
+          {"num_waiting_reqs", s.num_waiting},
+          {"cached_tokens", s.cached_prompt_tokens},
+          {"prompt_tokens", s.prompt_tokens},
+          {"generation_tokens", s.generation_tokens},
+          {"radix_hit_rate", s.radix_hit_rate},
+          {"num_retractions", s.num_retractions},
+          {"num_finished", s.num_finished},
+          {"peak_running", s.peak_running},
+          {"internal_states", Json::array({internal})}};
+}
+
+}  // namespace
+
+void register_sglang_routes(httplib::Server& server, ServerContext& ctx) {
+  server.Post("/generate",
+              [&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, req, res); });
+  server.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  server.Get("/health_generate",
+             [&ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(ctx, res); });
+  server.Get("/get_model_info", [&ctx](const httplib::Request&, httplib::Response& res) {
+    const ModelConfig& mc = ctx.engine.model_config();
+    Json info = {{"model_path", ctx.engine_args.model_path},
+                 {"tokenizer_path", ctx.engine_args.tokenizer_path},
+                 {"served_model_name", ctx.options.served_model_name},
+                 {"is_generation", true},
+                 {"architectures", Json::array({mc.architecture})},
+                 {"context_length", ctx.context_length()},
+                 {"vocab_size", mc.vocab_size},
+                 {"has_tokenizer", ctx.tokenizer() != nullptr}};
+    send_json(res, dump_json(info));
+  });
+  auto info = [&ctx](const httplib::Request&, httplib::Response& res) { send_json(res, dump_json(server_info(ctx))); };
+  server.Get("/get_server_info", info);
+  server.Get("/server_info", info);
+  auto flush = [&ctx](const httplib::Request&, httplib::Response& res) {
+    if (!ctx.engine.flush_cache())
+      throw invalid_request("The cache was not flushed: requests are running or waiting; try again when idle");
+    res.set_content("Cache flushed.\n", "text/plain");
+  };
+  server.Post("/flush_cache", flush);
+  server.Get("/flush_cache", flush);
+  server.Post("/abort_request", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    const Json body = parse_json_object(req.body);
+    const std::optional<std::string> rid = read_string(body, "rid", "rid");
+    if (!rid) throw_invalid("rid", "'rid' is required");
+    ctx.engine.abort(*rid);
+    res.status = 200;
+  });
+}
+
+}  // namespace serve8

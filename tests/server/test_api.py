@@ -1,0 +1,225 @@
+"""The happy paths: OpenAI's client on /v1, SGLang's /generate, the info routes and /metrics."""
+
+import random
+import re
+
+import openai
+import pytest
+
+from conftest import read_sse
+
+
+@pytest.fixture(scope="module")
+def client(text_server):
+    return openai.OpenAI(base_url=text_server.url + "/v1", api_key="unused", max_retries=0)
+
+
+# --- OpenAI client --------------------------------------------------------------------------
+
+def test_models(client):
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+
+
+def test_completion_and_stream_agree(client):
+    kw = dict(model="tiny", prompt="Once upon a time", max_tokens=24, temperature=0, extra_body={"ignore_eos": True})
+    c = client.completions.create(**kw)
+    assert c.object == "text_completion"
+    assert c.choices[0].finish_reason == "length"
+    assert c.usage.completion_tokens == 24
+    assert c.usage.prompt_tokens > 0
+    assert c.usage.total_tokens == c.usage.prompt_tokens + 24
+    chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == c.choices[0].text
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finals == ["length"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 24
+
+
+def test_chat_and_stream_agree(client):
+    kw = dict(model="tiny", messages=[{"role": "system", "content": "Be brief."},
+                                      {"role": "user", "content": "Hello there!"}],
+              max_tokens=20, temperature=0, extra_body={"ignore_eos": True})
+    c = client.chat.completions.create(**kw)
+    assert c.object == "chat.completion"
+    assert c.choices[0].message.role == "assistant"
+    assert c.choices[0].finish_reason == "length"
+    assert c.usage.completion_tokens == 20
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == c.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == 20
+    assert all(ch.object == "chat.completion.chunk" for ch in chunks)
+
+
+def test_chat_stream_without_usage(client):
+    chunks = list(client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=5, temperature=0, stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert all(ch.usage is None for ch in chunks)
+
+
+def test_completions_batch_and_token_prompt(client, text_server):
+    ids = text_server.generate(text="abc", sampling_params={"max_new_tokens": 1})["meta_info"]["prompt_tokens"]
+    assert ids > 0
+    c = client.completions.create(model="tiny", prompt=["one two", "three four"], max_tokens=4, temperature=0)
+    assert sorted(ch.index for ch in c.choices) == [0, 1]
+    c2 = client.completions.create(model="tiny", prompt=[1, 450, 4996], max_tokens=4, temperature=0)
+    assert c2.usage.prompt_tokens == 3
+
+
+def test_seeded_sampling_reproducible(client):
+    kw = dict(model="tiny", prompt="The sky", max_tokens=12, temperature=0.9, top_p=0.9, seed=1234)
+    assert client.completions.create(**kw).choices[0].text == client.completions.create(**kw).choices[0].text
+
+
+# --- /generate --------------------------------------------------------------------------------
+
+def test_generate_text(text_server):
+    r = text_server.generate(text="Hello", sampling_params={"max_new_tokens": 8, "temperature": 0, "ignore_eos": True})
+    m = r["meta_info"]
+    assert m["finish_reason"] == {"type": "length", "length": 8}
+    assert m["completion_tokens"] == 8 and len(r["output_ids"]) == 8
+    assert m["prompt_tokens"] > 0 and "e2e_latency" in m and m["id"]
+    assert isinstance(r["text"], str)
+
+
+def test_generate_batch(text_server):
+    sp = {"max_new_tokens": 6, "temperature": 0, "ignore_eos": True}
+    single = [text_server.generate(text=t, sampling_params=sp)["output_ids"] for t in ("a b", "c d e")]
+    batch = text_server.generate(text=["a b", "c d e"], sampling_params=sp)
+    assert isinstance(batch, list) and [b["output_ids"] for b in batch] == single
+    per_prompt = text_server.generate(text=["a b", "c d e"], sampling_params=[sp, dict(sp, max_new_tokens=3)])
+    assert [b["meta_info"]["completion_tokens"] for b in per_prompt] == [6, 3]
+
+
+def test_generate_rid(text_server):
+    r = text_server.generate(text="x", rid="my-request-1", sampling_params={"max_new_tokens": 1})
+    assert r["meta_info"]["id"] == "my-request-1"
+
+
+def test_generate_input_ids(ids_server):
+    sp = {"max_new_tokens": 10, "temperature": 0, "ignore_eos": True}
+    r = ids_server.generate(input_ids=[1, 20, 30, 40], sampling_params=sp)
+    assert len(r["output_ids"]) == 10 and r["text"] == ""
+    b = ids_server.generate(input_ids=[[1, 20, 30, 40], [1, 5]], sampling_params=sp)
+    assert b[0]["output_ids"] == r["output_ids"]
+
+
+def test_generate_stream(text_server):
+    body = {"text": "Streaming test", "stream": True,
+            "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}}
+    with text_server.post("/generate", body, stream=True) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+        events = read_sse(r)
+    full = text_server.generate(**{k: v for k, v in body.items() if k != "stream"})
+    texts = [e["text"] for e in events]
+    assert all(full["text"].startswith(t) for t in texts), "streamed text must only grow"
+    assert events[-1]["text"] == full["text"] and events[-1]["output_ids"] == full["output_ids"]
+    assert events[-1]["meta_info"]["finish_reason"]["type"] == "length"
+    assert [e["meta_info"]["completion_tokens"] for e in events] == sorted(e["meta_info"]["completion_tokens"] for e in events)
+
+
+def test_stop_string_truncates_and_stream_holds_back(text_server):
+    sp = {"max_new_tokens": 48, "temperature": 0, "ignore_eos": True}
+    full = text_server.generate(text="The quick brown fox", sampling_params=sp)["text"]
+    assert len(full) >= 12, full
+    stop = full[8:12]
+    expected = full[:full.find(stop)]
+    r = text_server.generate(text="The quick brown fox", sampling_params=dict(sp, stop=stop))
+    assert r["text"] == expected
+    assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    body = {"text": "The quick brown fox", "stream": True, "sampling_params": dict(sp, stop=[stop, "\u2603never"])}
+    with text_server.post("/generate", body, stream=True) as s:
+        events = read_sse(s)
+    assert all(expected.startswith(e["text"]) for e in events), "a stop-string prefix was streamed"
+    assert events[-1]["text"] == expected
+
+
+def test_stop_token_ids(ids_server):
+    sp = {"max_new_tokens": 20, "temperature": 0, "ignore_eos": True}
+    out = ids_server.generate(input_ids=[1, 7, 8, 9], sampling_params=sp)["output_ids"]
+    stop_id = out[5]
+    r = ids_server.generate(input_ids=[1, 7, 8, 9], sampling_params=dict(sp, stop_token_ids=[stop_id]))
+    assert r["output_ids"] == out[:out.index(stop_id) + 1]
+    assert r["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_id}
+
+
+def test_prefix_cache_hit_gives_same_output(ids_server):
+    rng = random.Random(7)
+    prefix = [1] + [rng.randrange(3, 512) for _ in range(80)]
+    longer = prefix + [rng.randrange(3, 512) for _ in range(12)]
+    sp = {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}
+    assert ids_server.post("/flush_cache").status_code == 200
+    cold = ids_server.generate(input_ids=longer, sampling_params=sp)
+    assert cold["meta_info"]["cached_tokens"] == 0
+    assert ids_server.post("/flush_cache").status_code == 200
+    ids_server.generate(input_ids=prefix, sampling_params=sp)
+    warm = ids_server.generate(input_ids=longer, sampling_params=sp)
+    assert warm["meta_info"]["cached_tokens"] >= len(prefix)
+    assert warm["output_ids"] == cold["output_ids"]
+    again = ids_server.generate(input_ids=longer, sampling_params=sp)
+    assert again["meta_info"]["cached_tokens"] > 0 and again["output_ids"] == cold["output_ids"]
+
+
+def test_text_prefix_cache(text_server):
+    sp = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}
+    prompt = "A long shared system prompt that many requests start with. " * 4
+    first = text_server.generate(text=prompt + "Question one?", sampling_params=sp)
+    second = text_server.generate(text=prompt + "Question one?", sampling_params=sp)
+    assert second["meta_info"]["cached_tokens"] > 0
+    assert second["output_ids"] == first["output_ids"]
+
+
+# --- info routes ------------------------------------------------------------------------------
+
+def test_health_generate(text_server, ids_server):
+    assert text_server.get("/health_generate").status_code == 200
+    assert ids_server.get("/health_generate").status_code == 200
+
+
+def test_model_and_server_info(text_server):
+    m = text_server.get("/get_model_info").json()
+    assert m["is_generation"] is True and m["has_tokenizer"] is True and m["served_model_name"] == "tiny"
+    info = text_server.server_info()
+    for key in ("kv_cache_dtype", "max_total_num_tokens", "num_running_reqs", "num_waiting_reqs", "cached_tokens",
+                "context_length", "internal_states"):
+        assert key in info, key
+    s = info["kv_slots"]
+    assert s["total"] == 16384 and s["used"] == s["total"] - s["free"]
+
+
+def parse_prometheus(text):
+    """name -> list of (labels, value); fails on any line the text format does not allow."""
+    samples = {}
+    line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
+    for line in text.splitlines():
+        if not line or line.startswith("# HELP ") or line.startswith("# TYPE "):
+            continue
+        m = line_re.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        samples.setdefault(m.group(1), []).append((m.group(2) or "", float(m.group(3))))
+    return samples
+
+
+def test_metrics(text_server):
+    text_server.generate(text="metrics", sampling_params={"max_new_tokens": 4})
+    r = text_server.get("/metrics")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/plain")
+    s = parse_prometheus(r.text)
+    for name in ("serve8_num_running_requests", "serve8_num_queued_requests", "serve8_kv_slots_used",
+                 "serve8_kv_slots_free", "serve8_radix_cache_hit_rate", "serve8_prompt_tokens_total",
+                 "serve8_generation_tokens_total", "serve8_time_to_first_token_seconds_bucket",
+                 "serve8_step_seconds_bucket", "serve8_time_to_first_token_seconds_count"):
+        assert name in s, name
+    assert s["serve8_time_to_first_token_seconds_count"][0][1] > 0
+    assert s["serve8_step_seconds_count"][0][1] > 0
+    buckets = [v for _, v in s["serve8_step_seconds_bucket"]]
+    assert buckets == sorted(buckets) and buckets[-1] == s["serve8_step_seconds_count"][0][1]
+
+
+def test_all_slots_free_at_end(text_server, ids_server):
+    text_server.assert_all_slots_free()
+    ids_server.assert_all_slots_free()
