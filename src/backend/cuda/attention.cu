@@ -1,0 +1,117 @@
+// Attention dispatch over the KV storage dtype, and the log-sum-exp merge of decode splits.
+#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_instances.h"
+#include "backend/cuda/cuda_check.h"
+
+namespace serve8 {
+namespace {
+
+// One block per (sequence, query head): weights of the splits from their lse, then the weighted
+// sum of their normalized outputs. Sequences that did not split were written by the decode kernel.
+__global__ void attention_merge_kernel(const AttentionParams p) {
+  __shared__ float s_w[kDecodeMaxSplits];
+  __shared__ float s_scale;
+  const int b = blockIdx.x, hq = blockIdx.y;
+  const int q_begin = p.qo_indptr[b];
+  if (p.qo_indptr[b + 1] - q_begin != 1) return;
+  const int kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
+  const int n = decode_splits_for(kv_len, p.num_splits);
+  if (n <= 1) return;
+  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
+  const int64_t row = int64_t{b} * p.num_q_heads + hq;
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < n; s += 32) mx = fmaxf(mx, p.partial_lse[s * split_stride + row]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < n; s += 32) {
+      const float w = safe_exp2(p.partial_lse[s * split_stride + row], mx);
+      s_w[s] = w;
+      sum += w;
+    }
+    sum = warp_sum(sum);
+    if (threadIdx.x == 0) {
+      const int g = p.num_q_heads / p.num_kv_heads;
+      s_scale = sum > 0.0f ? p.v_scale[hq / g] / sum : 0.0f;
+    }
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < n; ++s) o = fmaf(s_w[s], p.partial_o[(s * split_stride + row) * p.head_dim + d], o);
+    p.out[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] = float_to_bf16_bits(o * s_scale);
+  }
+}
+
+}  // namespace
+
+bool attention_fast_path(int head_dim, int group) {
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8;
+}
+
+bool attention_generic_path(int head_dim, int group) {
+  return (head_dim == 8 || head_dim == 16 || head_dim == 32) && group >= 1;
+}
+
+void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream) {
+  const bool tc = kernel == DecodeKernel::kTensorCores;
+  switch (kv_dtype) {
+    case DType::kBF16:
+      tc ? launch_decode_mma_typed<DType::kBF16>(p, stream) : launch_decode_typed<DType::kBF16>(p, stream);
+      break;
+    case DType::kF16:
+      tc ? launch_decode_mma_typed<DType::kF16>(p, stream) : launch_decode_typed<DType::kF16>(p, stream);
+      break;
+    case DType::kFP8E5M2:
+      tc ? launch_decode_mma_typed<DType::kFP8E5M2>(p, stream) : launch_decode_typed<DType::kFP8E5M2>(p, stream);
+      break;
+    case DType::kFP8E4M3:
+      tc ? launch_decode_mma_typed<DType::kFP8E4M3>(p, stream) : launch_decode_typed<DType::kFP8E4M3>(p, stream);
+      break;
+    case DType::kF32:
+    case DType::kI32:
+      return;  // rejected by the backend's entry point
+  }
+  if (p.num_splits > 1) {
+    attention_merge_kernel<<<dim3(p.num_seqs, p.num_q_heads), 128, 0, stream>>>(p);
+    SERVE8_CUDA_CHECK_LAUNCH("attention_merge_kernel");
+  }
+}
+
+void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, PrefillKernel kernel, cudaStream_t stream) {
+  const bool pipelined = kernel == PrefillKernel::kPipelined;
+  if (p.num_work == 0) return;
+  switch (kv_dtype) {
+    case DType::kBF16:
+      return launch_prefill_typed<DType::kBF16>(p, pipelined, stream);
+    case DType::kF16:
+      return launch_prefill_typed<DType::kF16>(p, pipelined, stream);
+    case DType::kFP8E5M2:
+      return launch_prefill_typed<DType::kFP8E5M2>(p, pipelined, stream);
+    case DType::kFP8E4M3:
+      return launch_prefill_typed<DType::kFP8E4M3>(p, pipelined, stream);
+    case DType::kF32:
+    case DType::kI32:
+      return;
+  }
+}
+
+void launch_attention_generic(const AttentionParams& p, DType kv_dtype, cudaStream_t stream) {
+  if (p.num_tokens == 0) return;
+  switch (kv_dtype) {
+    case DType::kBF16:
+      return launch_generic_typed<DType::kBF16>(p, stream);
+    case DType::kF16:
+      return launch_generic_typed<DType::kF16>(p, stream);
+    case DType::kFP8E5M2:
+      return launch_generic_typed<DType::kFP8E5M2>(p, stream);
+    case DType::kFP8E4M3:
+      return launch_generic_typed<DType::kFP8E4M3>(p, stream);
+    case DType::kF32:
+    case DType::kI32:
+      return;
+  }
+}
+
+}  // namespace serve8

@@ -1,0 +1,79 @@
+// Paged attention on the GPU: launchers and the parameters they share.
+//
+// The batch is ragged: sequence b has q_len new tokens over kv_len cached ones (ForwardBatch).
+// Three kernels cover it:
+//  - decode (q_len == 1, head_dim 64/128): one block per (split, sequence, KV head) holding the
+//    group's query heads, so each K/V load serves the whole group; on tensor cores (the heads are
+//    the rows of an MMA tile), or on CUDA cores with SERVE8_CUDA_DECODE=cuda-cores. Long contexts are split over
+//    num_splits blocks and merged by log-sum-exp; the grid is a function of the batch size and head count only, so a
+//    CUDA graph captured at a bucketed batch size replays it.
+//  - prefill/extend (q_len > 1, head_dim 64/128): tensor cores (mma.sync m16n8k16), one block per
+//    64 rows of (token, group head) pairs of one KV head; K/V tiles are dequantized once into
+//    shared memory (bf16 for a bf16 pool, fp16 for fp16 and FP8 pools: every FP8 value is an fp16
+//    value and the conversion is a byte placement or one cvt per two) and the block walks the
+//    causal range.
+//  - generic (small head dims such as 8): one warp per (token, query head), CUDA cores, any rows.
+// All read the pool in its storage dtype (a template parameter) and dequantize on the fly;
+// k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace serve8 {
+
+struct AttentionParams {
+  const uint16_t* q = nullptr;   // [T, Hq, D] bf16
+  uint16_t* out = nullptr;       // [T, Hq, D] bf16
+  const void* k_pool = nullptr;  // [slots, Hkv, D] storage dtype
+  const void* v_pool = nullptr;
+  const float* k_scale = nullptr;  // [Hkv]
+  const float* v_scale = nullptr;
+  const int32_t* qo_indptr = nullptr;   // [B + 1]
+  const int32_t* kv_indptr = nullptr;   // [B + 1]
+  const int32_t* kv_indices = nullptr;  // pool slots
+  const int32_t* token_seq = nullptr;   // [T] sequence of each token (generic kernel)
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float softmax_scale = 1.0f;
+  // Decode split-KV: up to num_splits blocks per (sequence, KV head); partials of sequence b,
+  // split s, query head h at partial_o[((s * B + b) * Hq + h) * D], lse (log2 units) likewise.
+  int num_splits = 1;
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
+  // work_seq[i], rows being (token, group head) pairs, token-major.
+  const int32_t* work_seq = nullptr;
+  const int32_t* work_row0 = nullptr;
+  int num_work = 0;
+};
+
+constexpr int kDecodeMaxSplits = 128;
+// Splits shorter than this many KV tokens are not worth a block of their own.
+constexpr int kDecodeMinChunk = 128;
+
+// The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected
+// by the backend before launching.
+bool attention_fast_path(int head_dim, int group);     // decode + prefill kernels
+bool attention_generic_path(int head_dim, int group);  // the generic kernel
+
+// Tensor cores by default: on an H200 they matched or beat the CUDA-core kernel for every KV
+// dtype and batch shape of the backend's benchmark (bf16 by up to 1.4x; FP8 within 4% at B <= 64
+// and 12% faster at B = 128).
+enum class DecodeKernel { kTensorCores, kCudaCores };
+void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream);
+// The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
+// or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list
+// must be cut in prefill_tile_rows(kernel) rows.
+enum class PrefillKernel { kPipelined, kSimple };
+constexpr int prefill_tile_rows(PrefillKernel k) { return k == PrefillKernel::kPipelined ? 128 : 64; }
+void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, PrefillKernel kernel, cudaStream_t stream);
+void launch_attention_generic(const AttentionParams& p, DType kv_dtype, cudaStream_t stream);
+
+}  // namespace serve8

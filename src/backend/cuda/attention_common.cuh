@@ -1,0 +1,181 @@
+// Device pieces shared by the attention kernels: how each KV storage dtype is loaded and
+// dequantized, and the tensor-core building blocks (mma.sync m16n8k16, ldmatrix).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_utils.cuh"
+
+namespace serve8 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Eight consecutive stored elements: 16 bytes for 16-bit formats, 8 for FP8. All conversions to
+// fp32 here are exact (every FP8 and fp16 value is an fp16/fp32 value).
+template <DType kKv>
+struct KvTraits;
+
+template <>
+struct KvTraits<DType::kBF16> {
+  using Raw8 = uint4;
+  static constexpr bool kMmaF16 = false;
+  __device__ static void to_float8(const Raw8& r, float (&f)[8]) { unpack_bf16x8(r, f); }
+  __device__ static float load1(const void* base, int64_t i) {
+    return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+  }
+};
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
+  __half2 h;
+  memcpy(&h, &u, 4);
+  return __half22float2(h);
+}
+
+template <>
+struct KvTraits<DType::kF16> {
+  using Raw8 = uint4;
+  static constexpr bool kMmaF16 = true;  // fp16 operands for the tensor cores: nothing rounded
+  __device__ static void to_float8(const Raw8& r, float (&f)[8]) {
+    const uint32_t u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 v = half2_bits_to_float2(u[i]);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  __device__ static float load1(const void* base, int64_t i) {
+    return __half2float(__ushort_as_half(static_cast<const uint16_t*>(base)[i]));
+  }
+};
+
+template <>
+struct KvTraits<DType::kFP8E5M2> {
+  using Raw8 = uint2;
+  static constexpr bool kMmaF16 = true;  // FP8 values are fp16 values: operands by byte placement
+  // An E5M2 byte is the high byte of the fp16 with the same value: place the bytes, no arithmetic.
+  __device__ static uint4 to_half8(const Raw8& r) {
+    return uint4{__byte_perm(r.x, 0, 0x1404), __byte_perm(r.x, 0, 0x3424), __byte_perm(r.y, 0, 0x1404),
+                 __byte_perm(r.y, 0, 0x3424)};
+  }
+  __device__ static void to_float8(const Raw8& r, float (&f)[8]) {
+    const uint32_t u[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = half2_bits_to_float2(__byte_perm(u[i], 0, 0x1404));
+      const float2 hi = half2_bits_to_float2(__byte_perm(u[i], 0, 0x3424));
+      f[4 * i] = lo.x;
+      f[4 * i + 1] = lo.y;
+      f[4 * i + 2] = hi.x;
+      f[4 * i + 3] = hi.y;
+    }
+  }
+  __device__ static float load1(const void* base, int64_t i) {
+    return __half2float(__ushort_as_half(static_cast<uint16_t>(static_cast<const uint8_t*>(base)[i] << 8)));
+  }
+};
+
+template <>
+struct KvTraits<DType::kFP8E4M3> {
+  using Raw8 = uint2;
+  static constexpr bool kMmaF16 = true;  // FP8 values are fp16 values: one cvt per two
+  // cvt.rn.f16x2.e4m3x2 on sm_90: two values per instruction, exact.
+  __device__ static uint32_t cvt2_bits(uint32_t two_bytes) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+  __device__ static float2 cvt2(uint32_t two_bytes) { return half2_bits_to_float2(cvt2_bits(two_bytes)); }
+  __device__ static uint4 to_half8(const Raw8& r) {
+    return uint4{cvt2_bits(r.x & 0xffffu), cvt2_bits(r.x >> 16), cvt2_bits(r.y & 0xffffu), cvt2_bits(r.y >> 16)};
+  }
+  __device__ static void to_float8(const Raw8& r, float (&f)[8]) {
+    const uint32_t u[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = cvt2(u[i] & 0xffffu);
+      const float2 hi = cvt2(u[i] >> 16);
+      f[4 * i] = lo.x;
+      f[4 * i + 1] = lo.y;
+      f[4 * i + 2] = hi.x;
+      f[4 * i + 3] = hi.y;
+    }
+  }
+  __device__ static float load1(const void* base, int64_t i) { return cvt2(static_cast<const uint8_t*>(base)[i]).x; }
+};
+
+// Loads the 8 stored elements starting at element index i (a multiple of 8).
+template <DType kKv>
+__device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_raw8(const void* base, int64_t i) {
+  using Raw8 = typename KvTraits<kKv>::Raw8;
+  return reinterpret_cast<const Raw8*>(base)[i / 8];
+}
+
+// ---- tensor cores ----
+
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
+// Two fp32 values as the 16-bit operand type of the MMA (fp16 or bf16), low half first.
+template <bool kF16>
+__device__ __forceinline__ uint32_t pack_operand(float a, float b) {
+  if constexpr (kF16) {
+    return pack_half2(a, b);
+  } else {
+    // cvt.rn.bf16x2.f32: one instruction, round to nearest even as core/dtype.h.
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+}
+
+// d += a · b for a 16x16 (row) by 16x8 (col) tile, fp32 accumulators.
+template <bool kF16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (kF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Four 8x8 16-bit matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8. Without .trans lane l receives (row l/4, cols 2(l%4), +1) of each matrix; with .trans
+// (rows 2(l%4), +1 of col l/4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// exp2 that treats a -inf maximum (nothing seen yet) as contributing zero.
+__device__ __forceinline__ float safe_exp2(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
+
+}  // namespace serve8

@@ -1,0 +1,29 @@
+// The explicit instantiations of the attention launchers, one file per (kernel family, KV dtype)
+// so that they compile in parallel: attention_{decode,prefill}_<dtype>.cu.
+#pragma once
+
+#include "backend/cuda/attention.h"
+
+namespace serve8 {
+
+template <DType kKv>
+void launch_decode_typed(const AttentionParams& p, cudaStream_t stream);
+template <DType kKv>
+void launch_decode_mma_typed(const AttentionParams& p, cudaStream_t stream);
+template <DType kKv>
+void launch_prefill_typed(const AttentionParams& p, bool pipelined, cudaStream_t stream);
+template <DType kKv>
+void launch_generic_typed(const AttentionParams& p, cudaStream_t stream);
+
+#define SERVE8_EXTERN_ATTENTION(KV)                                                          \
+  extern template void launch_decode_typed<KV>(const AttentionParams&, cudaStream_t);        \
+  extern template void launch_decode_mma_typed<KV>(const AttentionParams&, cudaStream_t);    \
+  extern template void launch_prefill_typed<KV>(const AttentionParams&, bool, cudaStream_t); \
+  extern template void launch_generic_typed<KV>(const AttentionParams&, cudaStream_t);
+SERVE8_EXTERN_ATTENTION(DType::kBF16)
+SERVE8_EXTERN_ATTENTION(DType::kF16)
+SERVE8_EXTERN_ATTENTION(DType::kFP8E5M2)
+SERVE8_EXTERN_ATTENTION(DType::kFP8E4M3)
+#undef SERVE8_EXTERN_ATTENTION
+
+}  // namespace serve8

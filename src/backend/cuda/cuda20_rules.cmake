@@ -1,0 +1,3 @@
+# CMake before 3.26 knows no flag for CUDA C++20 with nvcc; loaded as CMAKE_USER_MAKE_RULES_OVERRIDE_CUDA.
+set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")

@@ -1,0 +1,399 @@
+// The CUDA backend object: memory, the KV pool, and the dense ops' entry points (checks, then one
+// launch). Batch upload and attention live in cuda_attention_ops.cpp.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace serve8 {
+namespace {
+
+bool kv_dtype_supported(DType t) {
+  switch (t) {
+    case DType::kBF16:
+    case DType::kF16:
+    case DType::kFP8E5M2:
+    case DType::kFP8E4M3:
+      return true;
+    case DType::kF32:
+    case DType::kI32:
+      return false;
+  }
+  return false;
+}
+
+void check_scales(const KvScales& s, const KvCacheConfig& c) {
+  const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
+  SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
+               "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),
+               s.v.size(), c.num_layers, c.num_kv_heads, n);
+  for (size_t i = 0; i < n; ++i) {
+    SERVE8_CHECK(std::isfinite(s.k[i]) && s.k[i] > 0.0f && std::isfinite(s.v[i]) && s.v[i] > 0.0f,
+                 "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
+                 i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
+  }
+}
+
+// The pool: one allocation holding every layer's K and V ([slots, Hkv, D] each, in the storage
+// dtype), then the K scales and the V scales ([layers * Hkv] fp32 each).
+class CudaKvCache final : public KvCache {
+ public:
+  CudaKvCache(CudaBackend& backend, const KvCacheConfig& config, const KvScales& scales)
+      : backend_(backend), config_(config) {
+    SERVE8_CHECK(config.num_layers > 0 && config.num_kv_heads > 0 && config.head_dim > 0 && config.num_slots > 0,
+                 "kv cache: invalid geometry: {} layers, {} kv heads, head_dim {}, {} slots", config.num_layers,
+                 config.num_kv_heads, config.head_dim, config.num_slots);
+    SERVE8_CHECK(kv_dtype_supported(config.dtype),
+                 "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3)",
+                 dtype_name(config.dtype));
+    check_scales(scales, config);
+    const size_t row =
+        static_cast<size_t>(config.num_kv_heads) * static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
+    layer_bytes_ = (static_cast<size_t>(config.num_slots) * row + 255) / 256 * 256;
+    const size_t scale_count = static_cast<size_t>(config.num_layers) * static_cast<size_t>(config.num_kv_heads);
+    const size_t bytes = 2 * layer_bytes_ * static_cast<size_t>(config.num_layers) + 2 * scale_count * sizeof(float);
+    base_ = static_cast<char*>(backend_.alloc(bytes));
+    scales_ = reinterpret_cast<float*>(base_ + 2 * layer_bytes_ * static_cast<size_t>(config.num_layers));
+    set_scales(scales);
+  }
+  ~CudaKvCache() override { backend_.free(base_); }
+
+  const KvCacheConfig& config() const override { return config_; }
+
+  KvLayer layer(int i) const override {
+    SERVE8_CHECK(i >= 0 && i < config_.num_layers, "kv cache: layer {} out of range (the cache has {} layers)", i,
+                 config_.num_layers);
+    const auto li = static_cast<size_t>(i);
+    const int64_t heads = config_.num_kv_heads;
+    const size_t scale_count = static_cast<size_t>(config_.num_layers) * static_cast<size_t>(heads);
+    KvLayer l;
+    l.k = Tensor(base_ + 2 * li * layer_bytes_, config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    l.v = Tensor(base_ + (2 * li + 1) * layer_bytes_, config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    l.k_scale = Tensor(scales_ + li * static_cast<size_t>(heads), DType::kF32, {heads});
+    l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
+    return l;
+  }
+
+  // The scales are rewritten in place, so a KvLayer held by the model sees the new ones.
+  void set_scales(const KvScales& scales) override {
+    check_scales(scales, config_);
+    const size_t n = scales.k.size();
+    backend_.copy_to_device(scales_, scales.k.data(), n * sizeof(float));
+    backend_.copy_to_device(scales_ + n, scales.v.data(), n * sizeof(float));
+  }
+
+ private:
+  CudaBackend& backend_;
+  KvCacheConfig config_;
+  size_t layer_bytes_ = 0;
+  char* base_ = nullptr;
+  float* scales_ = nullptr;
+};
+
+void check_dtype(const Tensor& t, DType want, const char* op, const char* name) {
+  SERVE8_CHECK(t.dtype == want, "{}: {} is {}, expected {}", op, name, dtype_name(t.dtype), dtype_name(want));
+}
+
+void check_present(const Tensor& t, const char* op, const char* name) {
+  SERVE8_CHECK(!t.empty() || t.numel() == 0, "{}: {} has no data", op, name);
+}
+
+int64_t rows_of(const Tensor& t) { return t.ndim == 0 || t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+
+int to_int(int64_t v, const char* op, const char* what) {
+  SERVE8_CHECK(v >= 0 && v <= INT32_MAX, "{}: {} = {} does not fit the kernels' int", op, what, v);
+  return static_cast<int>(v);
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kFP8E5M2:
+      return CUDA_R_8F_E5M2;
+    case DType::kFP8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kI32:
+      return CUDA_R_32I;
+  }
+  return CUDA_R_32F;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not sticky, clear it
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> create_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+CudaBackend::CudaBackend() {
+  SERVE8_CUDA_CHECK(cudaGetDevice(&device_));
+  SERVE8_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  SERVE8_CHECK(props_.major >= 9, "cuda: {} is compute capability {}.{}; serve8's kernels are built for sm_90a",
+               props_.name, props_.major, props_.minor);
+  SERVE8_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // The earlier kernels stay available for comparison (tests, benchmarks).
+  if (const char* e = std::getenv("SERVE8_CUDA_DECODE")) {
+    const std::string v = e;
+    SERVE8_CHECK(v == "tensor-cores" || v == "cuda-cores", "SERVE8_CUDA_DECODE={}: expected tensor-cores or cuda-cores",
+                 v);
+    decode_kernel_ = v == "cuda-cores" ? DecodeKernel::kCudaCores : DecodeKernel::kTensorCores;
+  }
+  if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
+    const std::string v = e;
+    SERVE8_CHECK(v == "pipelined" || v == "simple", "SERVE8_CUDA_PREFILL={}: expected pipelined or simple", v);
+    prefill_kernel_ = v == "simple" ? PrefillKernel::kSimple : PrefillKernel::kPipelined;
+  }
+  gemm_ = std::make_unique<CublasLtGemm>(stream_);
+  sampler_ = std::make_unique<CudaSampler>(stream_);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  gemm_.reset();
+  sampler_.reset();
+  if (split_workspace_) cudaFree(split_workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::device_description() const {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  return fmt::format("{}, sm_{}{}, {} SMs, {:.1f} GiB, L2 {} MiB, CUDA runtime {}.{}, driver {}.{}", props_.name,
+                     props_.major, props_.minor, props_.multiProcessorCount,
+                     static_cast<double>(props_.totalGlobalMem) / (1ull << 30), props_.l2CacheSize >> 20,
+                     runtime / 1000, (runtime % 1000) / 10, driver / 1000, (driver % 1000) / 10);
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    fail("cuda: out of device memory allocating {} bytes ({} bytes free)", bytes, free_memory());
+  }
+  SERVE8_CUDA_CHECK(err);
+  SERVE8_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+  return p;
+}
+
+void CudaBackend::free(void* ptr) {
+  if (!ptr) return;
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use it
+  SERVE8_CUDA_CHECK(cudaFree(ptr));
+}
+
+void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::synchronize() { SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+size_t CudaBackend::free_memory() const {
+  size_t free_b = 0, total_b = 0;
+  SERVE8_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
+size_t CudaBackend::total_memory() const {
+  size_t free_b = 0, total_b = 0;
+  SERVE8_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b;
+}
+
+std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& config, const KvScales& scales) {
+  return std::make_unique<CudaKvCache>(*this, config, scales);
+}
+
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  constexpr const char* op = "embedding";
+  check_present(table, op, "table");
+  check_dtype(ids, DType::kI32, op, "ids");
+  SERVE8_CHECK(table.ndim == 2 && ids.ndim == 1, "{}: table {} and ids {} must be [V, H] and [T]", op,
+               table.shape_str(), ids.shape_str());
+  SERVE8_CHECK(out.dtype == table.dtype && out.numel() == ids.dim(0) * table.dim(1) && rows_of(out) == ids.dim(0),
+               "{}: out is {} {}, expected {} [{}, {}]", op, dtype_name(out.dtype), out.shape_str(),
+               dtype_name(table.dtype), ids.dim(0), table.dim(1));
+  GatherRowsParams p;
+  p.src = table.data;
+  p.rows = ids.ptr<const int32_t>();
+  p.dst = out.data;
+  p.row_bytes = table.dim(1) * static_cast<int64_t>(dtype_size(table.dtype));
+  p.num_src_rows = table.dim(0);
+  p.num_rows = to_int(ids.dim(0), op, "tokens");
+  launch_gather_rows(p, stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  constexpr const char* op = "gather_rows";
+  check_dtype(rows, DType::kI32, op, "rows");
+  SERVE8_CHECK(rows.ndim == 1 && x.ndim >= 1, "{}: rows {} must be [M] and x {} non-scalar", op, rows.shape_str(),
+               x.shape_str());
+  SERVE8_CHECK(out.dtype == x.dtype, "{}: out is {} but x is {}", op, dtype_name(out.dtype), dtype_name(x.dtype));
+  SERVE8_CHECK(out.ndim >= 1 && out.dim(0) == rows.dim(0) && out.row_size() == x.row_size(),
+               "{}: out {} cannot hold {} rows of x {}", op, out.shape_str(), rows.dim(0), x.shape_str());
+  GatherRowsParams p;
+  p.src = x.data;
+  p.rows = rows.ptr<const int32_t>();
+  p.dst = out.data;
+  p.row_bytes = x.row_size() * static_cast<int64_t>(dtype_size(x.dtype));
+  p.num_src_rows = x.dim(0);
+  p.num_rows = to_int(rows.dim(0), op, "rows");
+  launch_gather_rows(p, stream_);
+}
+
+void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps,
+                               Tensor out) {
+  check_dtype(x, DType::kBF16, op, "x");
+  check_dtype(out, DType::kBF16, op, "out");
+  SERVE8_CHECK(x.ndim == 2, "{}: x has shape {}, expected [T, H]", op, x.shape_str());
+  SERVE8_CHECK(out.ndim == 2 && out.dim(0) == x.dim(0) && out.dim(1) == x.dim(1), "{}: out {} does not match x {}", op,
+               out.shape_str(), x.shape_str());
+  SERVE8_CHECK(
+      weight.ndim == 1 && weight.dim(0) == x.dim(1) && (weight.dtype == DType::kBF16 || weight.dtype == DType::kF32),
+      "{}: weight is {} {}, expected bf16 or fp32 [{}]", op, dtype_name(weight.dtype), weight.shape_str(), x.dim(1));
+  if (residual) {
+    check_dtype(*residual, DType::kBF16, op, "residual");
+    SERVE8_CHECK(residual->ndim == 2 && residual->dim(0) == x.dim(0) && residual->dim(1) == x.dim(1),
+                 "{}: residual {} does not match x {}", op, residual->shape_str(), x.shape_str());
+  }
+  RmsNormParams p;
+  p.x = x.ptr<const uint16_t>();
+  p.residual = residual ? residual->ptr<uint16_t>() : nullptr;
+  p.weight = weight.data;
+  p.weight_f32 = weight.dtype == DType::kF32;
+  p.out = out.ptr<uint16_t>();
+  p.rows = to_int(x.dim(0), op, "rows");
+  p.hidden = to_int(x.dim(1), op, "hidden");
+  p.eps = eps;
+  launch_rmsnorm(p, stream_);
+}
+
+void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  rmsnorm_impl("rmsnorm", x, nullptr, weight, eps, out);
+}
+
+void CudaBackend::add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) {
+  rmsnorm_impl("add_rmsnorm", x, &residual, weight, eps, out);
+}
+
+void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  constexpr const char* op = "gemm";
+  SERVE8_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF16, "{}: x is {}, expected bf16 or fp16", op,
+               dtype_name(x.dtype));
+  SERVE8_CHECK(w.dtype == x.dtype, "{}: w is {} but x is {}", op, dtype_name(w.dtype), dtype_name(x.dtype));
+  SERVE8_CHECK(out.dtype == x.dtype || out.dtype == DType::kF32, "{}: out is {}, expected {} or fp32", op,
+               dtype_name(out.dtype), dtype_name(x.dtype));
+  SERVE8_CHECK(w.ndim == 2, "{}: w has shape {}, expected [N, K]", op, w.shape_str());
+  const int64_t n = w.dim(0), k = w.dim(1);
+  SERVE8_CHECK(x.ndim >= 1 && x.dim(-1) == k, "{}: x {} and w {} disagree on K", op, x.shape_str(), w.shape_str());
+  const int64_t m = rows_of(x);
+  SERVE8_CHECK(out.ndim >= 1 && out.dim(-1) == n && out.numel() == m * n, "{}: out has shape {}, expected [{}, {}]", op,
+               out.shape_str(), m, n);
+  if (bias) {
+    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n, "{}: bias has shape {}, expected [{}]", op, bias->shape_str(),
+                 n);
+    SERVE8_CHECK((bias->dtype == DType::kBF16 || bias->dtype == DType::kF32) &&
+                     (out.dtype == DType::kBF16 || out.dtype == DType::kF32),
+                 "{}: bias {} with out {} is not supported (bf16 or fp32 each)", op, dtype_name(bias->dtype),
+                 dtype_name(out.dtype));
+  }
+  SERVE8_CHECK(k > 0 || m == 0 || n == 0, "{}: K is 0", op);
+  GemmArgs a;
+  a.x = x.data;
+  a.w = w.data;
+  a.bias = bias ? bias->data : nullptr;
+  a.out = out.data;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.in_type = cuda_type(x.dtype);
+  a.out_type = cuda_type(out.dtype);
+  a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
+  gemm_->run(a);
+}
+
+void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
+  constexpr const char* op = "rope";
+  check_dtype(q, DType::kBF16, op, "q");
+  check_dtype(k, DType::kBF16, op, "k");
+  SERVE8_CHECK(q.ndim == 3 && k.ndim == 3, "{}: q {} and k {} must be [T, heads, D]", op, q.shape_str(), k.shape_str());
+  const int64_t t = q.dim(0), d = q.dim(2);
+  SERVE8_CHECK(k.dim(0) == t && k.dim(2) == d && d % 2 == 0, "{}: q {} and k {} disagree (T, even D)", op,
+               q.shape_str(), k.shape_str());
+  check_dtype(positions, DType::kI32, op, "positions");
+  SERVE8_CHECK(positions.ndim == 1 && positions.dim(0) == t, "{}: positions {} for {} tokens", op,
+               positions.shape_str(), t);
+  check_dtype(inv_freq, DType::kF32, op, "inv_freq");
+  SERVE8_CHECK(inv_freq.ndim == 1 && inv_freq.dim(0) == d / 2, "{}: inv_freq {} for head_dim {}", op,
+               inv_freq.shape_str(), d);
+  RopeParams p;
+  p.q = q.ptr<uint16_t>();
+  p.k = k.ptr<uint16_t>();
+  p.positions = positions.ptr<const int32_t>();
+  p.inv_freq = inv_freq.ptr<const float>();
+  p.num_tokens = to_int(t, op, "tokens");
+  p.num_q_heads = to_int(q.dim(1), op, "q heads");
+  p.num_kv_heads = to_int(k.dim(1), op, "kv heads");
+  p.head_dim = to_int(d, op, "head_dim");
+  launch_rope(p, stream_);
+}
+
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
+  constexpr const char* op = "silu_mul";
+  check_dtype(gate_up, DType::kBF16, op, "gate_up");
+  check_dtype(out, DType::kBF16, op, "out");
+  SERVE8_CHECK(gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, "{}: gate_up has shape {}, expected [T, 2I]", op,
+               gate_up.shape_str());
+  SERVE8_CHECK(out.ndim == 2 && out.dim(0) == gate_up.dim(0) && out.dim(1) == gate_up.dim(1) / 2,
+               "{}: out {} for gate_up {}", op, out.shape_str(), gate_up.shape_str());
+  SiluMulParams p;
+  p.gate_up = gate_up.ptr<const uint16_t>();
+  p.out = out.ptr<uint16_t>();
+  p.rows = to_int(gate_up.dim(0), op, "rows");
+  p.inter = to_int(out.dim(1), op, "intermediate size");
+  launch_silu_mul(p, stream_);
+}
+
+void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) {
+  constexpr const char* op = "sample";
+  check_dtype(logits, DType::kF32, op, "logits");
+  SERVE8_CHECK(logits.ndim == 2 && logits.dim(1) > 0, "{}: logits has shape {}, expected [B, V]", op,
+               logits.shape_str());
+  const int64_t b = logits.dim(0), vocab = logits.dim(1);
+  SERVE8_CHECK(static_cast<int64_t>(rows.size()) == b, "{}: {} sampling rows for {} rows of logits", op, rows.size(),
+               b);
+  SERVE8_CHECK(out_ids != nullptr || b == 0, "{}: out_ids is null", op);
+  SERVE8_CHECK(vocab <= INT32_MAX / 2, "{}: vocabulary of {} is too large", op, vocab);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SamplingRow& r = rows[i];
+    SERVE8_CHECK(r.temperature >= 0.0f && std::isfinite(r.temperature) && !std::isnan(r.top_p) && !std::isnan(r.min_p),
+                 "{}: row {} has temperature {}, top_p {}, min_p {}", op, i, r.temperature, r.top_p, r.min_p);
+  }
+  sampler_->sample(logits.ptr<const float>(), b, vocab, rows, out_ids);
+}
+
+}  // namespace serve8

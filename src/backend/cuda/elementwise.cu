@@ -1,0 +1,200 @@
+// The small kernels: row gathers, RMSNorm (with the fused residual add), RoPE, SiLU·mul and the
+// bias fallback. All memory bound; 16-byte accesses where rows allow them.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__global__ void gather_rows_kernel(const GatherRowsParams p) {
+  const int row = blockIdx.x;
+  const int64_t src_row = p.rows[row];
+  char* dst = static_cast<char*>(p.dst) + row * p.row_bytes;
+  const bool valid = src_row >= 0 && src_row < p.num_src_rows;
+  const char* src = static_cast<const char*>(p.src) + (valid ? src_row : 0) * p.row_bytes;
+  if (p.row_bytes % 16 == 0 && aligned16(src) && aligned16(dst)) {
+    const int64_t n = p.row_bytes / 16;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = valid ? reinterpret_cast<const uint4*>(src)[i] : uint4{0, 0, 0, 0};
+  } else {
+    for (int64_t i = threadIdx.x; i < p.row_bytes; i += blockDim.x) dst[i] = valid ? src[i] : char{0};
+  }
+}
+
+__device__ __forceinline__ float load_weight(const RmsNormParams& p, int i) {
+  return p.weight_f32 ? static_cast<const float*>(p.weight)[i]
+                      : bf16_bits_to_float(static_cast<const uint16_t*>(p.weight)[i]);
+}
+
+// One block per row. The first pass forms (and for add_rmsnorm stores) the row and its sum of
+// squares; the second reads it back from where this same thread put it, so no barrier is needed.
+template <int kVec>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const uint16_t* x = p.x + row * p.hidden;
+  uint16_t* res = p.residual ? p.residual + row * p.hidden : nullptr;
+  uint16_t* out = p.out + row * p.hidden;
+  const uint16_t* src = res ? res : x;  // where the normalized row lives after pass one
+  float ss = 0.0f;
+  for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
+    float v[kVec];
+    if constexpr (kVec == 8) {
+      float a[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(x + i), v);
+      if (res) {
+        unpack_bf16x8(*reinterpret_cast<const uint4*>(res + i), a);
+        // The residual stream is bf16: normalize the rounded sum, as the next layer will see it.
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = bf16_bits_to_float(float_to_bf16_bits(v[j] + a[j]));
+        *reinterpret_cast<uint4*>(res + i) = pack_bf16x8(v);
+      }
+    } else {
+      v[0] = bf16_bits_to_float(x[i]);
+      if (res) {
+        const uint16_t r = float_to_bf16_bits(v[0] + bf16_bits_to_float(res[i]));
+        res[i] = r;
+        v[0] = bf16_bits_to_float(r);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) ss += v[j] * v[j];
+  }
+  ss = block_sum(ss, scratch);
+  const float inv_rms = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
+    float v[kVec];
+    if constexpr (kVec == 8) {
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(src + i), v);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * load_weight(p, i + j);
+      *reinterpret_cast<uint4*>(out + i) = pack_bf16x8(v);
+    } else {
+      out[i] = float_to_bf16_bits(bf16_bits_to_float(src[i]) * inv_rms * load_weight(p, i));
+    }
+  }
+}
+
+// One block per token: the angles of the token are computed once into shared memory, in fp32 as
+// float(pos) * inv_freq, then every head of q and k is rotated.
+__global__ void rope_kernel(const RopeParams p) {
+  extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
+  const int t = blockIdx.x;
+  const int half = p.head_dim / 2;
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float s, c;
+    sincosf(pos * p.inv_freq[i], &s, &c);
+    cs[i] = c;
+    cs[half + i] = s;
+  }
+  __syncthreads();
+  const int heads = p.num_q_heads + p.num_kv_heads;
+  for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
+    const int h = j / half;
+    const int i = j - h * half;
+    uint16_t* base = h < p.num_q_heads
+                         ? p.q + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim
+                         : p.k + (static_cast<int64_t>(t) * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
+    const float x1 = bf16_bits_to_float(base[i]);
+    const float x2 = bf16_bits_to_float(base[i + half]);
+    const float c = cs[i], s = cs[half + i];
+    base[i] = float_to_bf16_bits(x1 * c - x2 * s);
+    base[i + half] = float_to_bf16_bits(x2 * c + x1 * s);
+  }
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
+template <int kVec>
+__global__ void silu_mul_kernel(const SiluMulParams p) {
+  const int64_t per_row = p.inter / kVec;
+  const int64_t n = per_row * p.rows;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = idx / per_row;
+    const int64_t c = (idx - r * per_row) * kVec;
+    const uint16_t* g = p.gate_up + r * 2 * p.inter + c;
+    uint16_t* o = p.out + r * p.inter + c;
+    if constexpr (kVec == 8) {
+      float a[8], b[8];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(g), a);
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(g + p.inter), b);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) a[j] = silu(a[j]) * b[j];
+      *reinterpret_cast<uint4*>(o) = pack_bf16x8(a);
+    } else {
+      *o = float_to_bf16_bits(silu(bf16_bits_to_float(g[0])) * bf16_bits_to_float(g[p.inter]));
+    }
+  }
+}
+
+__global__ void bias_add_kernel(const BiasAddParams p) {
+  const int64_t n = p.rows * p.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t c = i % p.cols;
+    const float b =
+        p.bias_f32 ? static_cast<const float*>(p.bias)[c] : bf16_bits_to_float(static_cast<const uint16_t*>(p.bias)[c]);
+    if (p.out_f32) {
+      static_cast<float*>(p.out)[i] += b;
+    } else {
+      uint16_t* o = static_cast<uint16_t*>(p.out) + i;
+      *o = float_to_bf16_bits(bf16_bits_to_float(*o) + b);
+    }
+  }
+}
+
+int grid_for(int64_t n, int threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
+}
+
+bool aligned_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+
+void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return;
+  gather_rows_kernel<<<p.num_rows, 128, 0, stream>>>(p);
+  SERVE8_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+}
+
+void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  const bool vec =
+      p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) && (!p.residual || aligned_host(p.residual));
+  if (vec) {
+    rmsnorm_kernel<8><<<p.rows, kRowThreads, 0, stream>>>(p);
+  } else {
+    rmsnorm_kernel<1><<<p.rows, kRowThreads, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+}
+
+void launch_rope(const RopeParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return;
+  const size_t smem = sizeof(float) * static_cast<size_t>(p.head_dim);
+  rope_kernel<<<p.num_tokens, 128, smem, stream>>>(p);
+  SERVE8_CUDA_CHECK_LAUNCH("rope_kernel");
+}
+
+void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  const int threads = 256;
+  if (p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out)) {
+    silu_mul_kernel<8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
+  } else {
+    silu_mul_kernel<1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("silu_mul_kernel");
+}
+
+void launch_bias_add(const BiasAddParams& p, cudaStream_t stream) {
+  if (p.rows * p.cols == 0) return;
+  bias_add_kernel<<<grid_for(p.rows * p.cols, 256), 256, 0, stream>>>(p);
+  SERVE8_CUDA_CHECK_LAUNCH("bias_add_kernel");
+}
+
+}  // namespace serve8

@@ -1,0 +1,60 @@
+// GEMM through cuBLASLt: out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]), row-major, fp32 accumulation.
+//
+// Row-major out is column-major out^T = w · x^T, so cuBLASLt sees A = w (transposed, K×N, ld K),
+// B = x (K×M, ld K) and D = out^T (N×M, ld N); the bias epilogue then adds bias[n] per row of D,
+// which is per column of out. Plans (descriptors, layouts and the heuristic's algorithm) are cached
+// per shape, dtype and pointer alignment.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace serve8 {
+
+struct GemmArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;  // optional
+  void* out = nullptr;
+  int64_t m = 0, n = 0, k = 0;
+  cudaDataType_t in_type = CUDA_R_16BF;  // x and w
+  cudaDataType_t out_type = CUDA_R_16BF;
+  cudaDataType_t bias_type = CUDA_R_16BF;
+};
+
+class CublasLtGemm {
+ public:
+  explicit CublasLtGemm(cudaStream_t stream);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  void run(const GemmArgs& args);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool bias_epilogue = false;  // else a separate kernel adds the bias
+  };
+  // m, n, k, in, out, bias type (or -1 without bias), alignments of x, w, out and bias.
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int>;
+
+  Plan& plan_for(const GemmArgs& args, const Key& key, int align_x, int align_w, int align_out, int align_bias);
+  bool try_plan(Plan& plan, const GemmArgs& args, bool with_bias, int align_x, int align_w, int align_out,
+                int align_bias);
+  static void destroy(Plan& plan);
+
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace serve8

@@ -1,0 +1,89 @@
+// Launchers of the CUDA backend's small kernels (everything but GEMM, attention and sampling).
+// The backend checks shapes and dtypes at its op entry points; these trust their parameters.
+// Activations are bf16, carried as raw uint16_t bits so that this header stays plain C++.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace serve8 {
+
+// dst[i] = src[rows[i]] for whole rows of row_bytes bytes (embedding and gather_rows).
+struct GatherRowsParams {
+  const void* src = nullptr;
+  const int32_t* rows = nullptr;
+  void* dst = nullptr;
+  int64_t row_bytes = 0;
+  int64_t num_src_rows = 0;  // ids outside [0, num_src_rows) give a zero row
+  int num_rows = 0;
+};
+void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
+
+// out = rmsnorm(x) * weight; with residual set: residual += x (stored as bf16), then the norm of
+// the new residual.
+struct RmsNormParams {
+  const uint16_t* x = nullptr;
+  uint16_t* residual = nullptr;  // null: plain rmsnorm
+  const void* weight = nullptr;
+  bool weight_f32 = false;  // else bf16
+  uint16_t* out = nullptr;
+  int rows = 0;
+  int hidden = 0;
+  float eps = 0.0f;
+};
+void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream);
+
+// HF rotate-half RoPE of q and k in place.
+struct RopeParams {
+  uint16_t* q = nullptr;
+  uint16_t* k = nullptr;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int num_tokens = 0;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+void launch_rope(const RopeParams& p, cudaStream_t stream);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
+struct SiluMulParams {
+  const uint16_t* gate_up = nullptr;
+  uint16_t* out = nullptr;
+  int rows = 0;
+  int inter = 0;
+};
+void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream);
+
+// out[m, n] += bias[n], for GEMMs whose bias cannot ride the cuBLASLt epilogue.
+struct BiasAddParams {
+  void* out = nullptr;
+  bool out_f32 = false;  // else bf16
+  const void* bias = nullptr;
+  bool bias_f32 = false;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
+
+// Writes k, v [T, Hkv, D] (bf16) into the pool at out_slots: value / scale[head], converted to the
+// storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
+struct KvStoreParams {
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  const int32_t* out_slots = nullptr;
+  void* k_pool = nullptr;
+  void* v_pool = nullptr;
+  const float* k_scale = nullptr;  // [Hkv]
+  const float* v_scale = nullptr;
+  int num_tokens = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3
+};
+void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
+
+}  // namespace serve8
