@@ -21,3 +21,9 @@ fi
 # Test oracles and clients (PyPI).
 python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../requirements-test.txt" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true
+
+# SGLang's own benchmark client, to check serve8 speaks its HTTP contract. 0.5.5 is the last
+# release whose bench_serving imports without SGLang's GPU runtime; its test skips without it.
+python3 -c "import sglang.bench_serving" 2>/dev/null ||
+  python3 -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.5 2>&1 \
+    | grep -v "Running pip as the 'root' user" || true

@@ -4,8 +4,6 @@
 // the socket) and abort its requests, so their KV slots come back.
 #include <httplib.h>
 
-#include <nlohmann/json.hpp>
-
 #include "core/log.h"
 #include "server/generation.h"
 #include "server/json_params.h"

@@ -45,7 +45,11 @@ class Server:
         self.log = open(log_path, "w")
         cmd = [serve8_bin(), "serve", "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
         # cwd = the checkout, so the built-in model finds ../shared/models/llama2-tokenizer.
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        # One OpenMP thread per server: CI machines are small and shared, and spinning OpenMP
+        # teams competing with the test's own threads slow everything down many times over.
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1")
+        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self._wait_healthy()
 
     def headers(self):
