@@ -67,6 +67,9 @@ struct KvScales {
   static KvScales ones(int num_layers, int num_kv_heads);
 };
 
+// Throws serve8::Error unless there is one finite, positive K and V scale per layer and KV head.
+void check_kv_scales(const KvScales& scales, const KvCacheConfig& config);
+
 // One layer's slice of the pool, as the kernels see it.
 struct KvLayer {
   Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
@@ -110,8 +113,8 @@ SERVE8_HD float sampling_uniform(uint64_t seed, uint64_t step) {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;         // "cpu", "cuda"
-  virtual DType compute_dtype() const = 0;      // weights and activations: fp32 on CPU, bf16 on CUDA
+  virtual std::string name() const = 0;     // "cpu", "cuda"
+  virtual DType compute_dtype() const = 0;  // weights and activations: fp32 on CPU, bf16 on CUDA
   virtual std::string device_description() const = 0;
 
   // Memory. alloc returns zero-filled memory.
@@ -162,7 +165,8 @@ class Backend {
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Backend& backend, size_t bytes) : backend_(&backend), data_(bytes ? backend.alloc(bytes) : nullptr), bytes_(bytes) {}
+  Buffer(Backend& backend, size_t bytes)
+      : backend_(&backend), data_(bytes ? backend.alloc(bytes) : nullptr), bytes_(bytes) {}
   ~Buffer() { reset(); }
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept {

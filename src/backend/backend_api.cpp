@@ -1,5 +1,6 @@
-#include "backend/backend.h"
+#include <cmath>
 
+#include "backend/backend.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -27,6 +28,19 @@ KvScales KvScales::ones(int num_layers, int num_kv_heads) {
   s.k.assign(static_cast<size_t>(num_layers) * num_kv_heads, 1.0f);
   s.v = s.k;
   return s;
+}
+
+void check_kv_scales(const KvScales& s, const KvCacheConfig& c) {
+  const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
+  SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
+               "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),
+               s.v.size(), c.num_layers, c.num_kv_heads, n);
+  for (size_t i = 0; i < n; ++i) {
+    // Values are stored divided by the scale: zero, negative or non-finite scales corrupt the pool.
+    SERVE8_CHECK(std::isfinite(s.k[i]) && s.k[i] > 0.0f && std::isfinite(s.v[i]) && s.v[i] > 0.0f,
+                 "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
+                 i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
+  }
 }
 
 }  // namespace serve8

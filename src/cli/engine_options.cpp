@@ -13,7 +13,8 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--context-length", a.context_length, "longest prompt + output (default: the model's)");
   app.add_option("--random-seed", a.seed, "seed of dummy weights");
   app.add_option("--max-running-requests", a.scheduler.max_running_requests, "most requests in a batch");
-  app.add_option("--chunked-prefill-size", a.scheduler.chunked_prefill_size, "most prompt tokens of one request per step");
+  app.add_option("--chunked-prefill-size", a.scheduler.chunked_prefill_size,
+                 "most prompt tokens of one request per step");
   app.add_option("--max-prefill-tokens", a.scheduler.max_prefill_tokens, "most prompt tokens per step");
   app.add_flag("--disable-radix-cache", a.scheduler.disable_radix_cache, "turn the prefix cache off");
 }

@@ -44,7 +44,8 @@ int run_generate(const GenerateArgs& a) {
   if (!a.prompt_ids.empty()) {
     ids = parse_ids(a.prompt_ids);
   } else {
-    SERVE8_CHECK(engine->tokenizer() != nullptr, "generate: --prompt needs a tokenizer (use --prompt-ids or --tokenizer-path)");
+    SERVE8_CHECK(engine->tokenizer() != nullptr,
+                 "generate: --prompt needs a tokenizer (use --prompt-ids or --tokenizer-path)");
     ids = engine->tokenizer()->encode(a.prompt, true);
   }
   auto stream = engine->submit(ids, a.sampling);

@@ -23,24 +23,36 @@ enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kFP8E5M2: return 1;
-    case DType::kFP8E4M3: return 1;
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kFP8E5M2:
+      return 1;
+    case DType::kFP8E4M3:
+      return 1;
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
-    case DType::kFP8E5M2: return "fp8_e5m2";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kI32: return "int32";
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
+    case DType::kFP8E5M2:
+      return "fp8_e5m2";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
+    case DType::kI32:
+      return "int32";
   }
   return "?";
 }
@@ -94,8 +106,8 @@ struct SmallFloat {
   static constexpr uint32_t kMaxCode =
       kFn ? ((kExpAllOnes << kMan) | ((1u << kMan) - 2u)) : (((kExpAllOnes - 1u) << kMan) | ((1u << kMan) - 1u));
   static constexpr uint32_t kInfCode = kExpAllOnes << kMan;
-  static constexpr uint32_t kNanCode = kFn ? ((kExpAllOnes << kMan) | ((1u << kMan) - 1u))
-                                           : ((kExpAllOnes << kMan) | (1u << (kMan - 1)));
+  static constexpr uint32_t kNanCode =
+      kFn ? ((kExpAllOnes << kMan) | ((1u << kMan) - 1u)) : ((kExpAllOnes << kMan) | (1u << (kMan - 1)));
 
   SERVE8_HD static uint32_t encode(float x) {
     const uint32_t u = f32_to_bits(x);

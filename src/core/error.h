@@ -14,8 +14,8 @@ class Error : public std::runtime_error {
 };
 
 // SERVE8_CHECK(cond, "fmt {}", args...): throws Error with the formatted message when cond fails.
-#define SERVE8_CHECK(cond, ...)                                  \
-  do {                                                           \
+#define SERVE8_CHECK(cond, ...)                                     \
+  do {                                                              \
     if (!(cond)) throw ::serve8::Error(::fmt::format(__VA_ARGS__)); \
   } while (0)
 

@@ -26,8 +26,7 @@ int64_t pool_slots(const EngineArgs& args, const Backend& backend, const LlamaMo
   if (backend.name() != "cpu" && total > 0) {
     // --mem-fraction-static of the device is for weights, activations and the pool together; the
     // first two are already allocated, so the pool takes what is left of the fraction.
-    const double budget = args.mem_fraction_static * static_cast<double>(total) -
-                          static_cast<double>(total - free);
+    const double budget = args.mem_fraction_static * static_cast<double>(total) - static_cast<double>(total - free);
     SERVE8_CHECK(budget > static_cast<double>(bytes_per_token) * 16,
                  "--mem-fraction-static {} leaves no room for the KV pool: {:.2f} GiB in use of {:.2f} GiB",
                  args.mem_fraction_static, static_cast<double>(total - free) / (1 << 30),
@@ -74,8 +73,8 @@ std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
         "run `serve8 calibrate` to measure scales");
   }
   std::unique_ptr<KvCache> kv = backend->create_kv_cache(kc, scales);
-  spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}",
-               kc.num_slots - 1, dtype_name(kc.dtype), kc.bytes_per_token(),
+  spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}", kc.num_slots - 1,
+               dtype_name(kc.dtype), kc.bytes_per_token(),
                static_cast<double>(kc.bytes_per_token() * static_cast<size_t>(kc.num_slots)) / (1 << 30),
                sc.max_running_requests);
 

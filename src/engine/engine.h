@@ -46,9 +46,9 @@ struct EngineArgs {
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string device = "auto";       // auto | cpu | cuda
   std::string kv_cache_dtype = "auto";
-  int64_t max_total_tokens = 0;      // 0: from memory (GPU) or a CPU default
+  int64_t max_total_tokens = 0;  // 0: from memory (GPU) or a CPU default
   double mem_fraction_static = 0.88;
-  int context_length = 0;            // 0: the model's max_position_embeddings
+  int context_length = 0;  // 0: the model's max_position_embeddings
   uint64_t seed = 0;
   SchedulerConfig scheduler;
 };

@@ -44,10 +44,10 @@ struct Request {
 
   // Progress, owned by the scheduler.
   std::vector<int32_t> output_ids;
-  std::vector<int32_t> slots;  // KV slots of the first num_computed tokens of input+output
-  int num_computed = 0;        // tokens whose K/V are in the pool
-  int prefix_len = 0;          // leading slots owned by the radix cache (locked through `node`)
-  int cached_tokens = 0;       // prompt tokens served from the radix cache (first admission)
+  std::vector<int32_t> slots;   // KV slots of the first num_computed tokens of input+output
+  int num_computed = 0;         // tokens whose K/V are in the pool
+  int prefix_len = 0;           // leading slots owned by the radix cache (locked through `node`)
+  int cached_tokens = 0;        // prompt tokens served from the radix cache (first admission)
   RadixCache::NodeHandle node;  // radix node locked by this request (the root: none)
   bool admitted_before = false;
   FinishReason finish = FinishReason::kNone;

@@ -1,8 +1,8 @@
 #include "engine/sampling_params.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace serve8 {
 
@@ -14,7 +14,8 @@ std::string SamplingParams::validate(int vocab_size) const {
   if (!(min_p >= 0.0f && min_p <= 1.0f)) return fmt::format("min_p must be in [0, 1], got {}", min_p);
   if (max_new_tokens < 0) return fmt::format("max_new_tokens must be >= 0, got {}", max_new_tokens);
   for (int id : stop_token_ids)
-    if (id < 0 || id >= vocab_size) return fmt::format("stop_token_ids: {} is outside the vocabulary [0, {})", id, vocab_size);
+    if (id < 0 || id >= vocab_size)
+      return fmt::format("stop_token_ids: {} is outside the vocabulary [0, {})", id, vocab_size);
   for (const auto& s : stop)
     if (s.empty()) return "stop strings must not be empty";
   return "";

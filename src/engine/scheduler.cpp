@@ -12,10 +12,14 @@ namespace serve8 {
 
 std::string finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kNone: return "";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
   }
   return "";
 }
@@ -144,7 +148,7 @@ std::vector<Scheduler::Row> Scheduler::schedule() {
       // Out of slots: give back the newest request's, which has done the least work.
       if (running_.back().get() == r && running_.size() == 1) {
         spdlog::warn("request {}: the KV pool ({} slots) cannot hold it; finishing it", r->rid,
-                        slots_.num_slots_total());
+                     slots_.num_slots_total());
         finish(*r, FinishReason::kLength);
         running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
         placed = false;
@@ -270,8 +274,8 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
   std::vector<SamplingRow> params(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const Request& r = *rows[i].req;
-    params[i] = SamplingRow{r.params.temperature, r.params.top_p, r.params.top_k, r.params.min_p, r.seed,
-                            static_cast<uint64_t>(r.output_ids.size())};
+    params[i] = SamplingRow{r.params.temperature, r.params.top_p, r.params.top_k,
+                            r.params.min_p,       r.seed,         static_cast<uint64_t>(r.output_ids.size())};
   }
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());

@@ -33,9 +33,9 @@ struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
   int64_t slots_total = 0;
-  int64_t slots_free = 0;       // free in the allocator
-  int64_t slots_cached = 0;     // held by the radix cache, evictable
-  int64_t prompt_tokens = 0;    // counters since start
+  int64_t slots_free = 0;     // free in the allocator
+  int64_t slots_cached = 0;   // held by the radix cache, evictable
+  int64_t prompt_tokens = 0;  // counters since start
   int64_t generation_tokens = 0;
   int64_t cached_prompt_tokens = 0;
   int64_t num_retractions = 0;

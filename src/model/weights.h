@@ -22,10 +22,10 @@ struct LayerWeights {
 };
 
 struct LlamaWeights {
-  Tensor embed;       // [V, H]
+  Tensor embed;  // [V, H]
   std::vector<LayerWeights> layers;
-  Tensor final_norm;  // [H]
-  Tensor lm_head;     // [V, H]; the same memory as embed when tied
+  Tensor final_norm;            // [H]
+  Tensor lm_head;               // [V, H]; the same memory as embed when tied
   std::vector<Buffer> storage;  // owns everything above
   size_t bytes = 0;             // total bytes in backend memory
 };

@@ -1,11 +1,12 @@
 // Number-format conversions against the ml_dtypes golden table (tests/golden/gen_dtype_golden.py).
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace serve8 {

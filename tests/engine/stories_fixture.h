@@ -50,7 +50,7 @@ inline EngineArgs stories_args(const std::string& kv_dtype) {
 
 // Runs every request to completion on an engine without a thread; returns each one's output ids.
 inline std::vector<std::vector<int32_t>> generate_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
-                                                     const SamplingParams& params) {
+                                                      const SamplingParams& params) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (const auto& p : prompts) streams.push_back(engine.submit(p, params));
   engine.run_until_idle();

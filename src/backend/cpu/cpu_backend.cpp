@@ -61,19 +61,6 @@ bool kv_dtype_supported(DType t) {
   return false;
 }
 
-void check_scales(const KvScales& s, const KvCacheConfig& c) {
-  const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
-  SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
-               "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),
-               s.v.size(), c.num_layers, c.num_kv_heads, n);
-  for (size_t i = 0; i < n; ++i) {
-    // Values are stored divided by the scale: zero, negative or non-finite scales corrupt the pool.
-    SERVE8_CHECK(std::isfinite(s.k[i]) && s.k[i] > 0.0f && std::isfinite(s.v[i]) && s.v[i] > 0.0f,
-                 "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
-                 i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
-  }
-}
-
 class CpuKvCache final : public KvCache {
  public:
   CpuKvCache(const KvCacheConfig& config, const KvScales& scales) : config_(config) {
@@ -83,7 +70,7 @@ class CpuKvCache final : public KvCache {
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
                  "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2 or fp8_e4m3)",
                  dtype_name(config.dtype));
-    check_scales(scales, config);
+    check_kv_scales(scales, config);
     scales_ = scales;
     const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
                                static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
@@ -111,7 +98,7 @@ class CpuKvCache final : public KvCache {
   }
 
   void set_scales(const KvScales& scales) override {
-    check_scales(scales, config_);
+    check_kv_scales(scales, config_);
     std::copy(scales.k.begin(), scales.k.end(), scales_.k.begin());
     std::copy(scales.v.begin(), scales.v.end(), scales_.v.begin());
   }

@@ -28,18 +28,6 @@ bool kv_dtype_supported(DType t) {
   return false;
 }
 
-void check_scales(const KvScales& s, const KvCacheConfig& c) {
-  const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
-  SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
-               "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),
-               s.v.size(), c.num_layers, c.num_kv_heads, n);
-  for (size_t i = 0; i < n; ++i) {
-    SERVE8_CHECK(std::isfinite(s.k[i]) && s.k[i] > 0.0f && std::isfinite(s.v[i]) && s.v[i] > 0.0f,
-                 "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
-                 i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
-  }
-}
-
 // The pool: one allocation holding every layer's K and V ([slots, Hkv, D] each, in the storage
 // dtype), then the K scales and the V scales ([layers * Hkv] fp32 each).
 class CudaKvCache final : public KvCache {
@@ -52,7 +40,7 @@ class CudaKvCache final : public KvCache {
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
                  "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3)",
                  dtype_name(config.dtype));
-    check_scales(scales, config);
+    check_kv_scales(scales, config);
     const size_t row =
         static_cast<size_t>(config.num_kv_heads) * static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
     layer_bytes_ = (static_cast<size_t>(config.num_slots) * row + 255) / 256 * 256;
@@ -82,7 +70,7 @@ class CudaKvCache final : public KvCache {
 
   // The scales are rewritten in place, so a KvLayer held by the model sees the new ones.
   void set_scales(const KvScales& scales) override {
-    check_scales(scales, config_);
+    check_kv_scales(scales, config_);
     const size_t n = scales.k.size();
     backend_.copy_to_device(scales_, scales.k.data(), n * sizeof(float));
     backend_.copy_to_device(scales_ + n, scales.v.data(), n * sizeof(float));
