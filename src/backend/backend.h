@@ -67,8 +67,9 @@ struct KvScales {
   static KvScales ones(int num_layers, int num_kv_heads);
 };
 
-// Throws serve8::Error unless there is one finite, positive K and V scale per layer and KV head.
-void check_kv_scales(const KvScales& scales, const KvCacheConfig& config);
+// Throws serve8::Error unless the geometry is positive and there is one finite, positive K and V
+// scale per layer and KV head. Both backends' KV caches check their arguments with it.
+void check_kv_cache_args(const KvCacheConfig& config, const KvScales& scales);
 
 // One layer's slice of the pool, as the kernels see it.
 struct KvLayer {

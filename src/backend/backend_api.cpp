@@ -30,7 +30,10 @@ KvScales KvScales::ones(int num_layers, int num_kv_heads) {
   return s;
 }
 
-void check_kv_scales(const KvScales& s, const KvCacheConfig& c) {
+void check_kv_cache_args(const KvCacheConfig& c, const KvScales& s) {
+  SERVE8_CHECK(c.num_layers > 0 && c.num_kv_heads > 0 && c.head_dim > 0 && c.num_slots > 0,
+               "kv cache: invalid geometry: {} layers, {} kv heads, head_dim {}, {} slots", c.num_layers,
+               c.num_kv_heads, c.head_dim, c.num_slots);
   const size_t n = static_cast<size_t>(c.num_layers) * static_cast<size_t>(c.num_kv_heads);
   SERVE8_CHECK(s.k.size() == n && s.v.size() == n,
                "kv cache: {} k scales and {} v scales for {} layers x {} kv heads (expected {} each)", s.k.size(),

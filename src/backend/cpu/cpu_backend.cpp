@@ -64,13 +64,10 @@ bool kv_dtype_supported(DType t) {
 class CpuKvCache final : public KvCache {
  public:
   CpuKvCache(const KvCacheConfig& config, const KvScales& scales) : config_(config) {
-    SERVE8_CHECK(config.num_layers > 0 && config.num_kv_heads > 0 && config.head_dim > 0 && config.num_slots > 0,
-                 "kv cache: invalid geometry: {} layers, {} kv heads, head_dim {}, {} slots", config.num_layers,
-                 config.num_kv_heads, config.head_dim, config.num_slots);
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
                  "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2 or fp8_e4m3)",
                  dtype_name(config.dtype));
-    check_kv_scales(scales, config);
+    check_kv_cache_args(config, scales);
     scales_ = scales;
     const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
                                static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
@@ -98,7 +95,7 @@ class CpuKvCache final : public KvCache {
   }
 
   void set_scales(const KvScales& scales) override {
-    check_kv_scales(scales, config_);
+    check_kv_cache_args(config_, scales);
     std::copy(scales.k.begin(), scales.k.end(), scales_.k.begin());
     std::copy(scales.v.begin(), scales.v.end(), scales_.v.begin());
   }

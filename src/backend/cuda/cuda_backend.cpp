@@ -34,13 +34,10 @@ class CudaKvCache final : public KvCache {
  public:
   CudaKvCache(CudaBackend& backend, const KvCacheConfig& config, const KvScales& scales)
       : backend_(backend), config_(config) {
-    SERVE8_CHECK(config.num_layers > 0 && config.num_kv_heads > 0 && config.head_dim > 0 && config.num_slots > 0,
-                 "kv cache: invalid geometry: {} layers, {} kv heads, head_dim {}, {} slots", config.num_layers,
-                 config.num_kv_heads, config.head_dim, config.num_slots);
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
                  "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3)",
                  dtype_name(config.dtype));
-    check_kv_scales(scales, config);
+    check_kv_cache_args(config, scales);
     const size_t row =
         static_cast<size_t>(config.num_kv_heads) * static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
     layer_bytes_ = (static_cast<size_t>(config.num_slots) * row + 255) / 256 * 256;
@@ -70,7 +67,7 @@ class CudaKvCache final : public KvCache {
 
   // The scales are rewritten in place, so a KvLayer held by the model sees the new ones.
   void set_scales(const KvScales& scales) override {
-    check_kv_scales(scales, config_);
+    check_kv_cache_args(config_, scales);
     const size_t n = scales.k.size();
     backend_.copy_to_device(scales_, scales.k.data(), n * sizeof(float));
     backend_.copy_to_device(scales_ + n, scales.v.data(), n * sizeof(float));
