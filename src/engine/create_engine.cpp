@@ -19,7 +19,7 @@ DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   return t;
 }
 
-int64_t pool_slots(const EngineArgs& args, const Backend& backend, const LlamaModel& model, size_t bytes_per_token) {
+int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_per_token) {
   if (args.max_total_tokens > 0) return args.max_total_tokens + 1;  // + the reserved slot 0
   const size_t total = backend.total_memory();
   const size_t free = backend.free_memory();
@@ -36,7 +36,6 @@ int64_t pool_slots(const EngineArgs& args, const Backend& backend, const LlamaMo
   // CPU: a modest default, never more than a quarter of free memory.
   int64_t n = 65536;
   if (free > 0) n = std::min<int64_t>(n, static_cast<int64_t>(free / 4 / bytes_per_token));
-  (void)model;
   return std::max<int64_t>(n, 64);
 }
 
@@ -64,7 +63,7 @@ std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
   kc.num_kv_heads = mc.num_kv_heads;
   kc.head_dim = mc.head_dim;
   kc.dtype = resolve_kv_dtype(args.kv_cache_dtype, *backend);
-  kc.num_slots = pool_slots(args, *backend, *model, kc.bytes_per_token());
+  kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token());
   KvScales scales = KvScales::ones(mc.num_layers, mc.num_kv_heads);
   if (kc.dtype == DType::kFP8E4M3) {
     spdlog::warn(

@@ -294,13 +294,9 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     }
   }
   for (Request* r : done) {
-    const std::vector<int32_t> last{r->output_ids.back()};
-    const FinishReason reason = r->finish;
-    r->finish = FinishReason::kNone;
     release(*r, true);
-    r->finish = reason;
     counters_.num_finished++;
-    emit(*r, last);
+    emit(*r, {r->output_ids.back()});
     auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == r; });
     running_.erase(it);
   }
