@@ -1,45 +1,140 @@
 #!/usr/bin/env bash
-# End-to-end smoke of the CUDA engine on a GPU machine, from binaries staged in .carry/e2e
-# (serve8 built here with CUDA, its non-CUDA shared libraries, the stories260K checkpoint, the
-# golden ids, two configs and the Llama-2 tokenizer). Writes logs under $OUT.
-#   device run: scripts/gpu_e2e.sh   with carry [".carry/e2e"]
+# End-to-end checks of the CUDA engine on a GPU machine (issue #3's figures), from a serve8 built
+# here and staged with what it needs in .carry/e2e (the GPU machine has no Debian -dev packages and
+# no network):
+#
+#   scripts/gpu_e2e.sh pack              here: build serve8 with CUDA, stage it with its non-CUDA
+#                                        shared libraries, the stories260K checkpoint and golden ids,
+#                                        configs, the Llama-2 tokenizer and the test clients' wheels
+#   scripts/gpu_e2e.sh run [STEP...]     there (device tool, carry [".carry/e2e"]); STEPs, default all:
+#     golden  stories260K greedy ids on the GPU (fp32 compute, generic head-dim-8 kernel) vs run.c's
+#     hf      logits and greedy ids vs HF transformers, 2-layer Llama-3-8B / Llama-2-7B / Llama-3.1-8B
+#     bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
+#     http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
+# Logs and results go to $OUT.
 set -uo pipefail
-E=.carry/e2e
-OUT=${OUT:-/tmp/serve8-e2e}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$E/lib:${LD_LIBRARY_PATH:-}"
-B="$E/serve8"
-nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
-$B convert llama2c --checkpoint "$E/stories260K.bin" --output /tmp/s260 2>>"$OUT/log.txt"
-for kv in bf16 fp16 fp8_e5m2 fp8_e4m3; do
-  for c in 0 1 2; do
-    ids=$(python3 -c "import json;print(' '.join(map(str,json.load(open('$E/greedy.json'))['cases'][$c]['prompt_ids'])))")
-    n=$(python3 -c "import json;print(len(json.load(open('$E/greedy.json'))['cases'][$c]['greedy_ids']))")
-    $B generate --device cuda --model-path /tmp/s260 --prompt-ids "$ids" --temperature 0 --ignore-eos \
-      --output-ids --max-new-tokens "$n" --kv-cache-dtype $kv >"$OUT/stories_${kv}_$c.txt" 2>>"$OUT/log.txt"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+E="$root/.carry/e2e"
+
+pack() {
+  set -e
+  local build="${SERVE8_E2E_BUILD:-$root/build}" shared="$root/../shared"
+  export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVE8_WERROR=ON \
+    -DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$root/src/backend/cuda/cuda20_rules.cmake" >/dev/null
+  ninja -C "$build" -j"${SERVE8_JOBS:-2}" serve8
+  rm -rf "$E" && mkdir -p "$E/lib" "$E/shared/models/stories260K" "$E/shared/golden/stories260K" "$E/shared/configs"
+  cp "$build/src/cli/serve8" "$E/serve8" && strip --strip-debug "$E/serve8"
+  ldd "$build/src/cli/serve8" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    case "$name" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcudart.so*|libcublas*.so*|libnvidia*) ;;
+      *) cp -L "$path" "$E/lib/$name" ;;
+    esac
   done
-done
-python3 - "$E/greedy.json" "$OUT" <<'PY' | tee "$OUT/stories_summary.txt"
+  cp "$shared/models/stories260K/stories260K.bin" "$E/shared/models/stories260K/"
+  cp "$shared/golden/stories260K/greedy.json" "$E/shared/golden/stories260K/"
+  cp -r "$shared/models/llama2-tokenizer" "$E/shared/models/"
+  cp "$shared"/configs/{llama-2-7b,llama-3-8b,llama-3.1-8b}.json "$E/shared/configs/"
+  # pytest, requests and openai for the GPU machine's Python 3.12.
+  local py="$root/.carry/pydeps"
+  if [[ ! -f "$root/.carry/pydeps.tar.xz" ]]; then
+    rm -rf "$py"
+    pip install -q --target "$py" --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 \
+      --implementation cp pytest requests openai
+    find "$py" -name __pycache__ -type d -exec rm -rf {} +
+    tar -C "$root/.carry" -cJf "$root/.carry/pydeps.tar.xz" pydeps
+  fi
+  cp "$root/.carry/pydeps.tar.xz" "$E/"
+  git -C "$root" rev-parse HEAD >"$E/GIT_HASH"
+  git -C "$root" diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$E/GIT_HASH"
+  # A call carries at most 64 MiB: one compressed archive.
+  tar -C "$E" -cJf "$root/.carry/e2e.tar.xz" . && rm -rf "$E" && mkdir -p "$E" && mv "$root/.carry/e2e.tar.xz" "$E/"
+  du -sh "$E"
+}
+
+golden() {
+  local g="$E/shared/golden/stories260K/greedy.json"
+  "$B" convert llama2c --checkpoint "$E/shared/models/stories260K/stories260K.bin" --output /tmp/s260 2>>"$OUT/log.txt"
+  for mode in "float32 auto" "bfloat16 bf16"; do
+    set -- $mode
+    for c in 0 1 2; do
+      ids=$(python3 -c "import json;print(' '.join(map(str,json.load(open('$g'))['cases'][$c]['prompt_ids'])))")
+      n=$(python3 -c "import json;print(len(json.load(open('$g'))['cases'][$c]['greedy_ids']))")
+      "$B" generate --device cuda --dtype "$1" --kv-cache-dtype "$2" --model-path /tmp/s260 --prompt-ids "$ids" \
+        --temperature 0 --ignore-eos --output-ids --max-new-tokens "$n" >"$OUT/stories_$1_$c.txt" 2>>"$OUT/log.txt"
+    done
+  done
+  python3 - "$g" "$OUT" <<'PY' | tee "$OUT/stories_summary.txt"
 import json, sys
-g = json.load(open(sys.argv[1]))["cases"]
-for kv in ["bf16", "fp16", "fp8_e5m2", "fp8_e4m3"]:
-    row = []
-    for c, case in enumerate(g):
+cases = json.load(open(sys.argv[1]))["cases"]
+for dt in ["float32", "bfloat16"]:
+    for c, case in enumerate(cases):
         try:
-            got = list(map(int, open(f"{sys.argv[2]}/stories_{kv}_{c}.txt").read().split()))
+            got = list(map(int, open(f"{sys.argv[2]}/stories_{dt}_{c}.txt").read().split()))
         except Exception as e:
-            row.append(f"case {c}: error {e}"); continue
+            print(f"{dt} case {c}: error {e}"); continue
         want = case["greedy_ids"]
-        agree = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-        row.append(f"case {c}: {agree}/{len(want)} leading ids equal")
-    print(f"stories260K on cuda, KV {kv}: " + "; ".join(row))
+        lead = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        print(f"stories260K on cuda, --dtype {dt}: case {c}: {lead}/{len(want)} leading ids equal run.c's"
+              f"{' (all, exact)' if got == want else ''}")
 PY
-# A dummy-weight Llama-2-7B and Llama-3-8B with the real tokenizer: load, prefill, decode.
-for cfg in llama-2-7b llama-3-8b; do
-  for kv in auto fp8_e5m2 fp8_e4m3; do
-    /usr/bin/time -f "%e s wall" $B generate --device cuda --model-path "$E/$cfg.json" --load-format dummy \
-      --tokenizer-path "$E/llama2-tokenizer" --prompt "The capital of France is" --max-new-tokens 128 \
-      --temperature 0 --ignore-eos --output-ids --kv-cache-dtype $kv >"$OUT/${cfg}_$kv.txt" 2>"$OUT/${cfg}_$kv.log"
-    echo "$cfg kv=$kv rc=$? $(grep -E 'KV pool|generate:' "$OUT/${cfg}_$kv.log" | sed 's/.*\] //' | tr '\n' ' ') $(tail -1 "$OUT/${cfg}_$kv.log")"
+}
+
+hf() {
+  for cfg in llama-3-8b llama-2-7b llama-3.1-8b; do
+    local d="/tmp/hf_$cfg"
+    python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" >>"$OUT/log.txt" 2>&1 || {
+      echo "$cfg: HF build failed (see log.txt)"; continue; }
+    "$B" dump-logits --device cuda --model-path "$d" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
+      --greedy-tokens 32 --max-total-tokens 4096 --output "$OUT/hf_$cfg" >>"$OUT/log.txt" 2>&1 || {
+      echo "$cfg: serve8 dump-logits failed (see log.txt)"; continue; }
+    python3 "$root/scripts/hf_compare.py" compare "$d" "$OUT/hf_$cfg" 2>>"$OUT/log.txt"
+    rm -f "$OUT/hf_$cfg.npy"
+  done | tee "$OUT/hf_summary.txt"
+}
+
+bench() {
+  local cfg="$E/shared/configs/llama-2-7b.json"
+  for graph in "" "--disable-cuda-graph"; do
+    "$B" bench-one-batch --device cuda --model-path "$cfg" --load-format dummy --batch-size 1 16 64 \
+      --input-len 512 --output-len 128 --profile-steps 16 --result-filename "$OUT/bench_one_batch.jsonl" $graph \
+      2>>"$OUT/log.txt" | tee -a "$OUT/bench_summary.txt"
   done
-done | tee "$OUT/dummy_summary.txt"
+}
+
+http() {
+  tar -C /tmp -xJf "$E/pydeps.tar.xz"
+  export PYTHONPATH="/tmp/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+  export SERVE8_BIN="$B" SERVE8_SHARED_DIR="$E/shared" SERVE8_TEST_SERVER_ARGS="--device cuda"
+  export SERVE8_TEST_TEXT_MODEL="--model-path $E/shared/configs/llama-2-7b.json --load-format dummy --tokenizer-path $E/shared/models/llama2-tokenizer"
+  for suite in api errors policy load; do
+    timeout "${SERVE8_HTTP_TIMEOUT:-240}" python3 -m pytest -x -q -p no:cacheprovider "$root/tests/server/test_$suite.py" \
+      >"$OUT/http_$suite.txt" 2>&1
+    echo "tests/server/test_$suite.py on cuda (Llama-2-7B dummy + stories260K): rc=$? $(tail -1 "$OUT/http_$suite.txt")"
+  done | tee "$OUT/http_summary.txt"
+}
+
+case "${1:-}" in
+  pack) pack ;;
+  run)
+    shift
+    OUT=${OUT:-/tmp/serve8-e2e-out}
+    mkdir -p "$OUT"
+    packed="$E/e2e.tar.xz"
+    E="${TMPDIR:-/tmp}/serve8-e2e"
+    rm -rf "$E" && mkdir -p "$E" && tar -C "$E" -xJf "$packed"
+    export LD_LIBRARY_PATH="$E/lib:${LD_LIBRARY_PATH:-}"
+    export SERVE8_GIT_HASH="$(head -1 "$E/GIT_HASH")"
+    B="$E/serve8"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
+    cp "$E/GIT_HASH" "$OUT/"
+    steps=("$@")
+    [[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
+    for s in "${steps[@]}"; do
+      echo "== $s" | tee -a "$OUT/log.txt"
+      "$s"
+    done
+    ;;
+  *) echo "usage: scripts/gpu_e2e.sh pack | run [golden|hf|bench|http ...]" >&2; exit 2 ;;
+esac

@@ -7,7 +7,8 @@
 # cuBLASLt and the CUDA runtime come from the GPU machine's own CUDA 13.
 #
 #   scripts/gpu_test.sh pack   here: configure build-cuda, build the GPU tests and the benchmark,
-#                              stage them with their libraries in .carry/gpu
+#                              stage them with their libraries and the shared data they read
+#                              (stories260K and its golden ids) in .carry/gpu
 #   scripts/gpu_test.sh run    on the GPU machine: ctest -L gpu over the staged binaries, then the
 #                              benchmark; logs go to $OUT (or .carry/gpu/logs)
 #   scripts/gpu_test.sh        pack, then run when a GPU is visible
@@ -19,7 +20,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 stage="$root/.carry/gpu"
 build="${SERVE8_GPU_BUILD:-$root/build-cuda}"
-tests=(backend_cuda_test)
+tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test)
+shared="${SERVE8_SHARED_DIR:-$root/../shared}"
+# What the GPU tests read from shared/ (a few MB): the run sets SERVE8_SHARED_DIR to its copy.
+shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json)
 tools=(backend_cuda_bench)
 
 pack() {
@@ -46,12 +50,16 @@ pack() {
       esac
     done
   done
+  for f in "${shared_files[@]}"; do
+    mkdir -p "$stage/shared/$(dirname "$f")"
+    cp "$shared/$f" "$stage/shared/$f"
+  done
   printf '%s\n' "${tests[@]}" >"$stage/tests.txt"
   printf '%s\n' "${tools[@]}" >"$stage/tools.txt"
   # A call carries at most 64 MiB: drop the host debug info and compress.
   strip --strip-debug "$stage"/bin/*
-  tar -C "$stage" -cJf "$stage/gpu.tar.xz" bin lib tests.txt tools.txt
-  rm -rf "$stage/bin" "$stage/lib" "$stage/tests.txt" "$stage/tools.txt"
+  tar -C "$stage" -cJf "$stage/gpu.tar.xz" bin lib shared tests.txt tools.txt
+  rm -rf "$stage/bin" "$stage/lib" "$stage/shared" "$stage/tests.txt" "$stage/tools.txt"
   du -sh "$stage"
 }
 
@@ -82,8 +90,8 @@ run() {
     {
       printf 'add_test(%s "%s" "--gtest_output=xml:%s/%s.xml"' "$t" "$stage/bin/$t" "$logs" "$t"
       for a in "$@"; do printf ' "%s"' "$a"; done
-      printf ')\nset_tests_properties(%s PROPERTIES LABELS gpu TIMEOUT %s ENVIRONMENT "LD_LIBRARY_PATH=%s")\n' "$t" \
-        "${SERVE8_GPU_TEST_TIMEOUT:-300}" "$LD_LIBRARY_PATH"
+      printf ')\nset_tests_properties(%s PROPERTIES LABELS gpu TIMEOUT %s ENVIRONMENT "LD_LIBRARY_PATH=%s;SERVE8_SHARED_DIR=%s")\n' \
+        "$t" "${SERVE8_GPU_TEST_TIMEOUT:-300}" "$LD_LIBRARY_PATH" "$stage/shared"
     } >>"$ct/CTestTestfile.cmake"
   done <"$stage/tests.txt"
   local rc=0

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +50,8 @@ struct DeviceBatch {
   int max_kv_len = 0;
 };
 
-// KV cache geometry. Storage dtype is one of fp32 (CPU only), bf16, fp16, fp8_e5m2, fp8_e4m3.
+// KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
+// fp8_e5m2, fp8_e4m3.
 struct KvCacheConfig {
   int num_layers = 0;
   int num_kv_heads = 0;
@@ -111,11 +113,27 @@ SERVE8_HD float sampling_uniform(uint64_t seed, uint64_t step) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // 24 random bits
 }
 
+// A recorded sequence of ops that replays with the same buffers and shapes (a CUDA graph). The
+// tensors the ops read and write must stay where they were at capture; only their contents change.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  virtual void replay() = 0;
+};
+
+// Device time spent in one op, summed over the calls since profiling was switched on.
+struct OpTime {
+  std::string op;
+  double ms = 0.0;
+  int64_t calls = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;     // "cpu", "cuda"
-  virtual DType compute_dtype() const = 0;  // weights and activations: fp32 on CPU, bf16 on CUDA
+  virtual std::string name() const = 0;  // "cpu", "cuda"
+  // Weights and activations: fp32 on CPU; bf16 (default) or fp32 (--dtype float32) on CUDA.
+  virtual DType compute_dtype() const = 0;
   virtual std::string device_description() const = 0;
 
   // Memory. alloc returns zero-filled memory.
@@ -160,6 +178,18 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
   // Picks one token per row of logits [B, V] (fp32); writes B ids to out_ids (host memory).
   virtual void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) = 0;
+
+  // ---- step graphs and profiling (optional) ----
+  // Records the ops `body` issues, without running them, into a graph; nullptr where the backend
+  // has no graphs (CPU). body must not upload batches, allocate, or wait for the device.
+  virtual std::unique_ptr<StepGraph> capture(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
+  // Per-op device time (bench-one-batch's breakdown of a step). Switching on clears the totals;
+  // op_profile() waits for the device and returns them, heaviest first. Empty where unsupported.
+  virtual void set_op_profiling(bool on) { (void)on; }
+  virtual std::vector<OpTime> op_profile() { return {}; }
 };
 
 // Owning handle of backend memory, freed on destruction.
@@ -198,8 +228,11 @@ class Buffer {
   size_t bytes_ = 0;
 };
 
-// Creates "cpu" or "cuda" (throws where CUDA was not built or no GPU is present).
+// Creates "cpu" or "cuda" (throws where CUDA was not built or no GPU is present), computing in
+// the device's default dtype (fp32 on CPU, bf16 on CUDA) or in `compute`: the CPU backend takes
+// fp32 only, CUDA bf16 or fp32; anything else throws, naming --dtype.
 std::unique_ptr<Backend> create_backend(const std::string& device);
+std::unique_ptr<Backend> create_backend(const std::string& device, DType compute);
 bool cuda_available();
 
 }  // namespace serve8

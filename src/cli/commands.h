@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace serve8 {
 
@@ -12,5 +13,10 @@ using SetAction = std::function<void(std::function<int()>)>;
 void register_generate(CLI::App& root, SetAction set_action);
 void register_convert(CLI::App& root, SetAction set_action);
 void register_serve(CLI::App& root, SetAction set_action);
+void register_bench_one_batch(CLI::App& root, SetAction set_action);
+void register_dump_logits(CLI::App& root, SetAction set_action);
+
+// The command line serve8 was started with, for the records benchmarks write.
+const std::string& invoked_command_line();
 
 }  // namespace serve8

@@ -7,7 +7,11 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--tokenizer-path", a.tokenizer_path, "tokenizer directory or file (default: the model's)");
   app.add_option("--load-format", a.load_format, "auto | safetensors | dummy (seeded random weights)");
   app.add_option("--device", a.device, "auto | cpu | cuda");
-  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "auto | fp32 (cpu) | bf16 | fp16 | fp8_e5m2 | fp8_e4m3");
+  app.add_option("--dtype", a.dtype,
+                 "weights and activations: auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32 (cuda: "
+                 "head dims 8/16/32 only)");
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                 "auto | fp32 (needs --dtype float32 on cuda) | bf16 | fp16 | fp8_e5m2 | fp8_e4m3");
   app.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (default: from memory)");
   app.add_option("--mem-fraction-static", a.mem_fraction_static, "fraction of GPU memory for weights + KV pool");
   app.add_option("--context-length", a.context_length, "longest prompt + output (default: the model's)");
@@ -17,6 +21,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "most prompt tokens of one request per step");
   app.add_option("--max-prefill-tokens", a.scheduler.max_prefill_tokens, "most prompt tokens per step");
   app.add_flag("--disable-radix-cache", a.scheduler.disable_radix_cache, "turn the prefix cache off");
+  app.add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
+                 "decode steps of up to this many requests replay CUDA graphs (capped by --max-running-requests)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "run every step op by op");
 }
 
 void add_sampling_options(CLI::App& app, SamplingParams& p) {

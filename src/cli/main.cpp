@@ -6,7 +6,14 @@
 #include "core/error.h"
 #include "core/log.h"
 
+namespace {
+std::string g_command_line;
+}
+
+const std::string& serve8::invoked_command_line() { return g_command_line; }
+
 int main(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(i ? argv[i] : "serve8");
   CLI::App app{"serve8: an LLM serving engine with an FP8 KV cache"};
   app.require_subcommand(1);
   app.fallthrough();
@@ -17,6 +24,8 @@ int main(int argc, char** argv) {
   serve8::register_generate(app, set_action);
   serve8::register_convert(app, set_action);
   serve8::register_serve(app, set_action);
+  serve8::register_bench_one_batch(app, set_action);
+  serve8::register_dump_logits(app, set_action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

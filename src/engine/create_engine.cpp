@@ -10,12 +10,22 @@ namespace serve8 {
 
 namespace {
 
+// --dtype, SGLang's names: the dtype of weights and activations on `device`.
+DType resolve_compute_dtype(const std::string& name, const std::string& device) {
+  if (name == "auto") return device == "cpu" ? DType::kF32 : DType::kBF16;
+  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  if (name == "float32" || name == "float" || name == "fp32") return DType::kF32;
+  SERVE8_CHECK(name != "float16" && name != "half" && name != "fp16",
+               "--dtype {}: fp16 compute is not supported yet (use bfloat16 or float32)", name);
+  fail("unknown --dtype '{}' (expected auto, bfloat16 or float32)", name);
+}
+
 // The KV dtype a user asked for, checked against what the backend can store.
 DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   if (name == "auto") return backend.compute_dtype();
   const DType t = parse_dtype(name);
-  SERVE8_CHECK(t != DType::kF32 || backend.name() == "cpu",
-               "--kv-cache-dtype fp32 is only supported on the CPU backend");
+  SERVE8_CHECK(t != DType::kF32 || backend.compute_dtype() == DType::kF32,
+               "--kv-cache-dtype fp32 needs fp32 compute (--dtype float32, or the CPU backend)");
   return t;
 }
 
@@ -41,11 +51,12 @@ int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_
 
 }  // namespace
 
-std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
+EngineParts create_engine_parts(const EngineArgs& args) {
   std::string device = args.device;
   if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
-  std::unique_ptr<Backend> backend = create_backend(device);
-  spdlog::info("backend: {} ({})", backend->name(), backend->device_description());
+  std::unique_ptr<Backend> backend = create_backend(device, resolve_compute_dtype(args.dtype, device));
+  spdlog::info("backend: {} ({}), compute {}", backend->name(), backend->device_description(),
+               dtype_name(backend->compute_dtype()));
 
   SchedulerConfig sc = args.scheduler;
   sc.chunked_prefill_size = std::min(sc.chunked_prefill_size, sc.max_prefill_tokens);
@@ -89,7 +100,18 @@ std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
     if (!args.tokenizer_path.empty()) throw;
     spdlog::warn("no tokenizer at {}: requests must send token ids ({})", tok_path, e.what());
   }
-  return std::make_unique<Engine>(std::move(backend), std::move(model), std::move(kv), std::move(tokenizer), sc);
+  if (args.disable_cuda_graph) {
+    spdlog::info("CUDA graphs: off (--disable-cuda-graph)");
+  } else if (backend->name() == "cuda") {
+    model->enable_decode_graphs(*kv, std::min(args.cuda_graph_max_bs, sc.max_running_requests));
+  }
+  return EngineParts{std::move(backend), std::move(model), std::move(kv), std::move(tokenizer), sc};
+}
+
+std::unique_ptr<Engine> create_engine(const EngineArgs& args) {
+  EngineParts p = create_engine_parts(args);
+  return std::make_unique<Engine>(std::move(p.backend), std::move(p.model), std::move(p.kv), std::move(p.tokenizer),
+                                  p.scheduler);
 }
 
 }  // namespace serve8

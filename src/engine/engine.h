@@ -45,11 +45,14 @@ struct EngineArgs {
   std::string tokenizer_path;        // empty: the model directory
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string device = "auto";       // auto | cpu | cuda
+  std::string dtype = "auto";        // compute dtype: auto (bf16 on cuda, fp32 on cpu) | bfloat16 | float32
   std::string kv_cache_dtype = "auto";
   int64_t max_total_tokens = 0;  // 0: from memory (GPU) or a CPU default
   double mem_fraction_static = 0.88;
   int context_length = 0;  // 0: the model's max_position_embeddings
   uint64_t seed = 0;
+  int cuda_graph_max_bs = 160;  // decode steps of up to this many requests replay CUDA graphs
+  bool disable_cuda_graph = false;
   SchedulerConfig scheduler;
 };
 
@@ -107,6 +110,17 @@ class Engine {
 };
 
 // Builds backend, model, KV pool and tokenizer from the arguments, logging what it chose.
+// What an engine is made of, for tools that drive the model without the scheduler
+// (bench-one-batch, dump-logits): the backend, the model (CUDA graphs captured unless disabled),
+// the KV pool and the tokenizer (null where the model has none), and the scheduler's settings.
+struct EngineParts {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Tokenizer> tokenizer;
+  SchedulerConfig scheduler;
+};
+EngineParts create_engine_parts(const EngineArgs& args);
 std::unique_ptr<Engine> create_engine(const EngineArgs& args);
 
 }  // namespace serve8

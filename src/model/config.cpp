@@ -199,6 +199,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.rms_norm_eps = static_cast<float>(f.number_or("rms_norm_eps", c.rms_norm_eps));
   c.rope_theta = static_cast<float>(f.number_or("rope_theta", c.rope_theta));
   if (f.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(j.at("rope_scaling"), origin);
+  // transformers >= 5 writes theta and scaling together as rope_parameters.
+  if (f.has("rope_parameters")) {
+    const Json& rp = j.at("rope_parameters");
+    SERVE8_CHECK(rp.is_object(), "{}: field 'rope_parameters' must be an object, got {}", origin, rp.dump());
+    c.rope_theta = static_cast<float>(FieldReader(rp, origin).number_or("rope_theta", c.rope_theta));
+    c.rope_scaling = parse_rope_scaling(rp, origin);
+  }
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
   // Qwen2's attention always has q/k/v biases; its config says nothing about them.
   c.attention_bias = c.architecture == "Qwen2ForCausalLM" || f.boolean_or("attention_bias", false);

@@ -58,7 +58,16 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, KvCache& kv) {
   const int b = batch.num_seqs();
   SERVE8_CHECK(t <= max_tokens_ && b <= max_seqs_, "forward: {} tokens in {} sequences exceed the model's {} / {}", t,
                b, max_tokens_, max_seqs_);
-  const DeviceBatch db = backend_.upload_batch(batch);
+  if (!graphs_.empty()) {
+    Tensor logits = forward_graph(batch, kv);
+    if (!logits.empty()) return logits;
+  }
+  return forward_uploaded(backend_.upload_batch(batch), kv);
+}
+
+Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
+  const int t = db.num_tokens;
+  const int b = db.num_seqs;
   const DType c = backend_.compute_dtype();
   const int64_t h = config_.hidden_size;
   Tensor residual = residual_.view(c, {t, h});

@@ -30,13 +30,30 @@ class LlamaModel {
   // Runs the step; returns logits [B, vocab] fp32 in backend memory, valid until the next call.
   Tensor forward(const ForwardBatch& batch, KvCache& kv);
 
+  // CUDA graphs for decode: from now on, a step whose rows are all decode rows (q_len 1), at most
+  // max_bs of them, replays a graph captured for the next bucketed batch size (graph_batch_sizes),
+  // its extra rows padded onto slot 0 (reserved for them). Captures every bucket now, on `kv`,
+  // the cache later steps must use. Returns the number of graphs, 0 where the backend has none.
+  int enable_decode_graphs(KvCache& kv, int max_bs);
+  void disable_decode_graphs();
+  static std::vector<int> graph_batch_sizes(int max_bs);
+
   // Called after each layer's kv_store with the layer's new K (after RoPE) and V, [T, Hkv, D] in
   // the compute dtype (calibration records their maxima). Empty by default.
   using KvObserver = std::function<void(int layer, const Tensor& k, const Tensor& v)>;
   void set_kv_observer(KvObserver observer) { kv_observer_ = std::move(observer); }
 
  private:
+  struct DecodeGraph {
+    int batch_size = 0;
+    std::unique_ptr<StepGraph> graph;
+    DeviceBatch captured;  // the batch buffers the graph reads
+  };
+  Tensor forward_uploaded(const DeviceBatch& db, KvCache& kv);
   void run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int t);
+  // The graph path of forward(); an empty Tensor when the batch does not qualify.
+  Tensor forward_graph(const ForwardBatch& batch, KvCache& kv);
+  void capture_graph(DecodeGraph& g, const DeviceBatch& db, KvCache& kv);
 
   ModelConfig config_;
   LlamaWeights weights_;
@@ -45,6 +62,9 @@ class LlamaModel {
   int max_seqs_;
   float softmax_scale_;
   KvObserver kv_observer_;
+  std::vector<DecodeGraph> graphs_;  // ascending batch sizes
+  KvCache* graph_kv_ = nullptr;
+  ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.
   Buffer residual_, normed_, q_, k_, v_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
 };

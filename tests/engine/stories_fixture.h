@@ -2,9 +2,14 @@
 // HF directory, and the golden greedy ids of llama2.c's run.c.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -13,10 +18,17 @@
 
 namespace serve8::testing {
 
+// ../shared, or $SERVE8_SHARED_DIR where the tests run away from the checkout (scripts/gpu_test.sh
+// stages the checkpoint and the golden ids for the GPU machine).
+inline std::string shared_dir() {
+  const char* e = std::getenv("SERVE8_SHARED_DIR");
+  return e && *e ? std::string(e) : std::string(SERVE8_SHARED_DIR);
+}
+
 inline std::string stories_dir() {
   static const std::string dir = [] {
     const auto d = std::filesystem::temp_directory_path() / ("serve8-stories-" + std::to_string(::getpid()));
-    convert_llama2c(std::string(SERVE8_SHARED_DIR) + "/models/stories260K/stories260K.bin", d.string(), "");
+    convert_llama2c(shared_dir() + "/models/stories260K/stories260K.bin", d.string(), "");
     return d.string();
   }();
   return dir;
@@ -28,7 +40,9 @@ struct GoldenCase {
 };
 
 inline std::vector<GoldenCase> golden_cases() {
-  std::ifstream f(std::string(SERVE8_SHARED_DIR) + "/golden/stories260K/greedy.json");
+  const std::string path = shared_dir() + "/golden/stories260K/greedy.json";
+  std::ifstream f(path);
+  if (!f) throw std::runtime_error("cannot open " + path);
   const nlohmann::json j = nlohmann::json::parse(f);
   std::vector<GoldenCase> out;
   for (const auto& c : j["cases"])
@@ -67,6 +81,45 @@ inline std::vector<std::vector<int32_t>> generate_all(Engine& engine, const std:
     outs.push_back(std::move(ids));
   }
   return outs;
+}
+
+// The golden checks of golden_test.cpp, for any engine: each case alone, then all three in one
+// batch (continuous batching must not change greedy ids). Greedy over the golden's whole length:
+// run.c stops only at BOS (id 1), so EOS is ignored.
+inline void expect_golden_one_by_one(Engine& engine) {
+  const auto cases = golden_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const GoldenCase& c = cases[k];
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_new_tokens = static_cast<int>(c.greedy.size());
+    const auto out = generate_all(engine, {c.prompt}, p)[0];
+    ASSERT_EQ(out.size(), c.greedy.size()) << "case " << k;
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], c.greedy[i]) << "case " << k << " position " << i;
+  }
+}
+
+inline void expect_golden_in_one_batch(Engine& engine) {
+  const auto cases = golden_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
+  for (const auto& c : cases) {
+    prompts.push_back(c.prompt);
+    longest = std::max(longest, c.greedy.size());
+  }
+  p.max_new_tokens = static_cast<int>(longest);
+  const auto outs = generate_all(engine, prompts, p);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    ASSERT_GE(outs[k].size(), cases[k].greedy.size()) << "case " << k;
+    for (size_t i = 0; i < cases[k].greedy.size(); ++i)
+      ASSERT_EQ(outs[k][i], cases[k].greedy[i]) << "case " << k << " position " << i;
+  }
 }
 
 }  // namespace serve8::testing

@@ -185,6 +185,22 @@ TEST(ModelConfig, DefaultRopeTypeMeansNone) {
   EXPECT_EQ(c.rope_scaling.type, "");
 }
 
+// transformers 5 writes "rope_parameters" (theta and scaling in one object) instead of
+// "rope_theta" and "rope_scaling"; a Llama-3 saved by it must not fall back to theta 10000.
+TEST(ModelConfig, Transformers5RopeParameters) {
+  ModelConfig c =
+      parse_model_config(with(R"("rope_parameters": {"rope_type": "default", "rope_theta": 500000.0})"), "v5.json");
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.rope_scaling.type, "");
+  c = parse_model_config(with(R"("rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+      "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
+                         "v5.json");
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+}
+
 TEST(ModelConfig, JsonRoundTrip) {
   for (const char* name : {"llama-3.1-8b.json", "qwen2.5-7b.json", "llama-2-13b.json"}) {
     SCOPED_TRACE(name);

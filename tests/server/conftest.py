@@ -4,10 +4,16 @@ SERVE8_BIN names the serve8 binary (ctest sets it); SERVE8_SHARED_DIR the shared
 (default: ../shared beside the checkout). Two models are used: stories260K converted from
 llama2.c (no tokenizer: token ids only) and the built-in tiny dummy-weight Llama with the
 Llama-2 tokenizer (text).
+
+The same tests run against a server on the GPU (scripts/gpu_e2e.sh): SERVE8_TEST_SERVER_ARGS is
+appended to every server's arguments (e.g. "--device cuda"), and SERVE8_TEST_TEXT_MODEL replaces
+the built-in model where a test uses it (e.g. "--model-path llama-2-7b.json --load-format dummy
+--tokenizer-path .../llama2-tokenizer").
 """
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -149,6 +155,9 @@ def start_server(tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
 
     def start(args, api_key=None):
+        if "--model-path" not in args:
+            args = shlex.split(os.environ.get("SERVE8_TEST_TEXT_MODEL", "")) + list(args)
+        args = list(args) + shlex.split(os.environ.get("SERVE8_TEST_SERVER_ARGS", ""))
         s = Server(args + (["--api-key", api_key] if api_key else []),
                    logs / f"server{len(servers)}.log", api_key=api_key)
         servers.append(s)

@@ -40,7 +40,8 @@ __global__ void attention_merge_kernel(const AttentionParams p) {
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < n; ++s) o = fmaf(s_w[s], p.partial_o[(s * split_stride + row) * p.head_dim + d], o);
-    p.out[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] = float_to_bf16_bits(o * s_scale);
+    static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] =
+        float_to_bf16_bits(o * s_scale);
   }
 }
 
@@ -109,6 +110,7 @@ void launch_attention_generic(const AttentionParams& p, DType kv_dtype, cudaStre
     case DType::kFP8E4M3:
       return launch_generic_typed<DType::kFP8E4M3>(p, stream);
     case DType::kF32:
+      return launch_generic_typed<DType::kF32>(p, stream);
     case DType::kI32:
       return;
   }

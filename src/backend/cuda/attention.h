@@ -13,6 +13,7 @@
 //    value and the conversion is a byte placement or one cvt per two) and the block walks the
 //    causal range.
 //  - generic (small head dims such as 8): one warp per (token, query head), CUDA cores, any rows.
+//    The only kernel for fp32 compute (fp32 q/out, --dtype float32) and for an fp32 pool.
 // All read the pool in its storage dtype (a template parameter) and dequantize on the fly;
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation.
 #pragma once
@@ -26,8 +27,9 @@
 namespace serve8 {
 
 struct AttentionParams {
-  const uint16_t* q = nullptr;   // [T, Hq, D] bf16
-  uint16_t* out = nullptr;       // [T, Hq, D] bf16
+  DType dtype = DType::kBF16;    // of q and out: bf16, or fp32 (generic kernel only)
+  const void* q = nullptr;       // [T, Hq, D]
+  void* out = nullptr;           // [T, Hq, D]
   const void* k_pool = nullptr;  // [slots, Hkv, D] storage dtype
   const void* v_pool = nullptr;
   const float* k_scale = nullptr;  // [Hkv]
@@ -61,7 +63,7 @@ constexpr int kDecodeMinChunk = 128;
 // The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected
 // by the backend before launching.
 bool attention_fast_path(int head_dim, int group);     // decode + prefill kernels
-bool attention_generic_path(int head_dim, int group);  // the generic kernel
+bool attention_generic_path(int head_dim, int group);  // the generic kernel (also fp32 q/out, fp32 KV)
 
 // Tensor cores by default: on an H200 they matched or beat the CUDA-core kernel for every KV
 // dtype and batch shape of the backend's benchmark (bf16 by up to 1.4x; FP8 within 4% at B <= 64

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(const AttentionPa
 #pragma unroll
   for (int j = 0; j < kG; ++j) {
     if (j < g) {
-      const uint16_t* qp = p.q + (int64_t{q_begin} * p.num_q_heads + h * g + j) * kD + d0;
+      const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + j) * kD + d0;
       unpack_bf16x8(*reinterpret_cast<const uint4*>(qp), q[j]);
     } else {
 #pragma unroll
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(const AttentionPa
     for (int r = 0; r < kGroups; ++r) o = fmaf(s_o[r][j][d], s_m[r][j], o);
     const int hq = h * g + j;
     if (n_split == 1) {
-      p.out[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o * v_scale);
+      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o * v_scale);
     } else {
       const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
       p.partial_o[row * kD + d] = o;

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
 
   uint32_t qf[kD / 16][4];
   {
-    const uint16_t* qp = p.q + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
+    const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       qf[kc][0] = row_valid ? q_operand<kF16>(qp + kc * 16 + 2 * t4) : 0u;
@@ -176,7 +176,8 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
     const float o_final = sum > 0.0f ? acc / sum : 0.0f;
     const int hq = h * g + j;
     if (n_split == 1) {
-      p.out[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o_final * v_scale);
+      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] =
+          float_to_bf16_bits(o_final * v_scale);
     } else {
       const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
       p.partial_o[row * kD + d] = o_final;

@@ -25,5 +25,7 @@ SERVE8_EXTERN_ATTENTION(DType::kF16)
 SERVE8_EXTERN_ATTENTION(DType::kFP8E5M2)
 SERVE8_EXTERN_ATTENTION(DType::kFP8E4M3)
 #undef SERVE8_EXTERN_ATTENTION
+// An fp32 pool (fp32 compute) has the generic kernel only: attention_generic_fp32.cu.
+extern template void launch_generic_typed<DType::kF32>(const AttentionParams&, cudaStream_t);
 
 }  // namespace serve8

@@ -1,4 +1,5 @@
-// Prefill/extend attention on tensor cores, and the generic kernel for small head dims.
+// Prefill/extend attention on tensor cores (the generic kernel for small head dims is in
+// attention_generic.cuh).
 //
 // Prefill: a block of 8 (or 4) warps owns 128 (64) rows of one KV head, a row being one (new token, group
 // head) pair, so a K/V tile in shared memory serves every query head of the group. Per 64-token
@@ -81,14 +82,15 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const At
     lim[k] = rvalid[k] ? prefix + i : -1;
     qo_off[k] = (int64_t{q_begin + i} * p.num_q_heads + h * g + j) * kD;
   }
+  const auto* q = static_cast<const uint16_t*>(p.q);  // bf16 (fp32 q runs the generic kernel)
   uint32_t qf[kD / 16][4];
 #pragma unroll
   for (int kc = 0; kc < kD / 16; ++kc) {
     const int c = kc * 16 + 2 * t4;
-    qf[kc][0] = rvalid[0] ? q_operand<kF16>(p.q + qo_off[0] + c) : 0u;
-    qf[kc][1] = rvalid[1] ? q_operand<kF16>(p.q + qo_off[1] + c) : 0u;
-    qf[kc][2] = rvalid[0] ? q_operand<kF16>(p.q + qo_off[0] + c + 8) : 0u;
-    qf[kc][3] = rvalid[1] ? q_operand<kF16>(p.q + qo_off[1] + c + 8) : 0u;
+    qf[kc][0] = rvalid[0] ? q_operand<kF16>(q + qo_off[0] + c) : 0u;
+    qf[kc][1] = rvalid[1] ? q_operand<kF16>(q + qo_off[1] + c) : 0u;
+    qf[kc][2] = rvalid[0] ? q_operand<kF16>(q + qo_off[0] + c + 8) : 0u;
+    qf[kc][3] = rvalid[1] ? q_operand<kF16>(q + qo_off[1] + c + 8) : 0u;
   }
 
   const int r_last = min(r0 + kTileRows, rows) - 1;
@@ -223,64 +225,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const At
     l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
     if (!rvalid[k]) continue;
     const float inv = l[k] > 0.0f ? v_scale / l[k] : 0.0f;
-    uint16_t* dst = p.out + qo_off[k];
+    uint16_t* dst = static_cast<uint16_t*>(p.out) + qo_off[k];
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn) {
       *reinterpret_cast<uint32_t*>(dst + dn * 8 + 2 * t4) = pack_bf16x2(o[dn][2 * k] * inv, o[dn][2 * k + 1] * inv);
     }
-  }
-}
-
-// Generic path for small head dims (stories260K's 8): one warp per (token, query head), each
-// lane a strided subset of the KV positions with the whole head in registers, merged by shuffles.
-template <DType kKv, int kD>
-__global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionParams p) {
-  using Tr = KvTraits<kKv>;
-  const int64_t warp_id = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t t = warp_id / p.num_q_heads;
-  if (t >= p.num_tokens) return;  // whole warps leave together
-  const int hq = static_cast<int>(warp_id - t * p.num_q_heads);
-  const int b = p.token_seq[t];
-  const int q_begin = p.qo_indptr[b];
-  const int q_len = p.qo_indptr[b + 1] - q_begin;
-  const int kv_begin = p.kv_indptr[b];
-  const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int lim = kv_len - q_len + static_cast<int>(t - q_begin);
-  const int g = p.num_q_heads / p.num_kv_heads;
-  const int h = hq / g;
-  const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
-  float q[kD], acc[kD];
-  const uint16_t* qp = p.q + (t * p.num_q_heads + hq) * kD;
-#pragma unroll
-  for (int d = 0; d < kD; ++d) {
-    q[d] = bf16_bits_to_float(qp[d]) * sc;
-    acc[d] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  const int64_t slot_stride = int64_t{p.num_kv_heads} * kD;
-  for (int c = lane; c <= lim; c += 32) {
-    const int64_t off = p.kv_indices[kv_begin + c] * slot_stride + h * kD;
-    float s = 0.0f;
-#pragma unroll
-    for (int d = 0; d < kD; ++d) s = fmaf(q[d], Tr::load1(p.k_pool, off + d), s);
-    const float mx = fmaxf(m, s);
-    const float corr = safe_exp2(m, mx);
-    const float pr = exp2f(s - mx);
-    l = l * corr + pr;
-#pragma unroll
-    for (int d = 0; d < kD; ++d) acc[d] = fmaf(pr, Tr::load1(p.v_pool, off + d), acc[d] * corr);
-    m = mx;
-  }
-  const float mx = warp_max(m);
-  const float w = safe_exp2(m, mx);
-  const float sum = warp_sum(l * w);
-  const float inv = sum > 0.0f ? p.v_scale[h] / sum : 0.0f;
-  uint16_t* op = p.out + (t * p.num_q_heads + hq) * kD;
-#pragma unroll
-  for (int d = 0; d < kD; ++d) {
-    const float v = warp_sum(acc[d] * w);
-    if (lane == d % 32) op[d] = float_to_bf16_bits(v * inv);
   }
 }
 
@@ -303,24 +252,6 @@ void launch_prefill_typed(const AttentionParams& p, bool pipelined, cudaStream_t
     }
   }
   SERVE8_CUDA_CHECK_LAUNCH("attention_prefill_kernel");
-}
-
-template <DType kKv>
-void launch_generic_typed(const AttentionParams& p, cudaStream_t stream) {
-  const int64_t warps = int64_t{p.num_tokens} * p.num_q_heads;
-  const int blocks = static_cast<int>((warps + 3) / 4);
-  switch (p.head_dim) {
-    case 8:
-      attention_generic_kernel<kKv, 8><<<blocks, 128, 0, stream>>>(p);
-      break;
-    case 16:
-      attention_generic_kernel<kKv, 16><<<blocks, 128, 0, stream>>>(p);
-      break;
-    default:
-      attention_generic_kernel<kKv, 32><<<blocks, 128, 0, stream>>>(p);
-      break;
-  }
-  SERVE8_CUDA_CHECK_LAUNCH("attention_generic_kernel");
 }
 
 }  // namespace serve8

@@ -1,4 +1,5 @@
 // Prefill and generic attention instantiated for the fp16 KV pool (attention_instances.h).
+#include "backend/cuda/attention_generic.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 
 namespace serve8 {

@@ -50,10 +50,10 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
     case DType::kF16:
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
+    case DType::kF32:  // with fp32 activations only (checked by the ops)
       break;
-    case DType::kF32:
     case DType::kI32:
-      fail("{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3)", op,
+      fail("{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3 or fp32)", op,
            dtype_name(kv.k.dtype));
   }
   for (const Tensor* s : {&kv.k_scale, &kv.v_scale}) {
@@ -64,6 +64,12 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// An fp32 pool holds what fp32 compute wrote; bf16 activations never meet it.
+void check_kv_matches_activations(DType kv, DType act, const char* op) {
+  SERVE8_CHECK(kv != DType::kF32 || act == DType::kF32,
+               "{}: an fp32 KV pool needs fp32 activations (--dtype float32), got {}", op, dtype_name(act));
+}
 
 }  // namespace
 
@@ -159,19 +165,24 @@ void CudaBackend::check_slots(const DeviceBatch& batch, int64_t num_slots, const
 }
 
 void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
+  const OpScope profile(profiler_, "kv_store");
   constexpr const char* op = "kv_store";
   const KvGeometry g = check_kv_layer(kv, op);
   check_current_batch(batch, op);
+  SERVE8_CHECK(k.dtype == DType::kBF16 || k.dtype == DType::kF32, "{}: k is {}, expected bf16 or fp32", op,
+               dtype_name(k.dtype));
   for (const auto& [x, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    SERVE8_CHECK(x->dtype == DType::kBF16 && x->ndim == 3 && x->dim(0) == batch.num_tokens && x->dim(1) == g.heads &&
+    SERVE8_CHECK(x->dtype == k.dtype && x->ndim == 3 && x->dim(0) == batch.num_tokens && x->dim(1) == g.heads &&
                      x->dim(2) == g.head_dim,
-                 "{}: {} is {} {}, expected bf16 [{}, {}, {}]", op, name, dtype_name(x->dtype), x->shape_str(),
-                 batch.num_tokens, g.heads, g.head_dim);
+                 "{}: {} is {} {}, expected {} [{}, {}, {}]", op, name, dtype_name(x->dtype), x->shape_str(),
+                 dtype_name(k.dtype), batch.num_tokens, g.heads, g.head_dim);
   }
+  check_kv_matches_activations(kv.k.dtype, k.dtype, op);
   check_slots(batch, g.num_slots, op);
   KvStoreParams p;
-  p.k = k.ptr<const uint16_t>();
-  p.v = v.ptr<const uint16_t>();
+  p.dtype = k.dtype;
+  p.k = k.data;
+  p.v = v.data;
   p.out_slots = batch.out_slots.ptr<const int32_t>();
   p.k_pool = kv.k.data;
   p.v_pool = kv.v.data;
@@ -228,21 +239,31 @@ const CudaBackend::AttentionPlan& CudaBackend::plan_attention(const DeviceBatch&
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                             Tensor out) {
+  const OpScope profile(profiler_, "attention");
   constexpr const char* op = "attention";
   const KvGeometry g = check_kv_layer(kv, op);
   check_current_batch(batch, op);
-  SERVE8_CHECK(q.dtype == DType::kBF16 && q.ndim == 3 && q.dim(0) == batch.num_tokens && q.dim(2) == g.head_dim,
-               "{}: q is {} {}, expected bf16 [{}, Hq, {}]", op, dtype_name(q.dtype), q.shape_str(), batch.num_tokens,
-               g.head_dim);
+  SERVE8_CHECK((q.dtype == DType::kBF16 || q.dtype == DType::kF32) && q.ndim == 3 && q.dim(0) == batch.num_tokens &&
+                   q.dim(2) == g.head_dim,
+               "{}: q is {} {}, expected bf16 or fp32 [{}, Hq, {}]", op, dtype_name(q.dtype), q.shape_str(),
+               batch.num_tokens, g.head_dim);
   const int64_t hq = q.dim(1);
   SERVE8_CHECK(hq > 0 && hq % g.heads == 0, "{}: {} q heads is not a multiple of {} kv heads", op, hq, g.heads);
-  SERVE8_CHECK(out.dtype == DType::kBF16 && out.ndim == 3 && out.dim(0) == q.dim(0) && out.dim(1) == hq &&
-                   out.dim(2) == g.head_dim,
-               "{}: out is {} {}, expected bf16 {}", op, dtype_name(out.dtype), out.shape_str(), q.shape_str());
+  SERVE8_CHECK(
+      out.dtype == q.dtype && out.ndim == 3 && out.dim(0) == q.dim(0) && out.dim(1) == hq && out.dim(2) == g.head_dim,
+      "{}: out is {} {}, expected {} {}", op, dtype_name(out.dtype), out.shape_str(), dtype_name(q.dtype),
+      q.shape_str());
+  check_kv_matches_activations(kv.k.dtype, q.dtype, op);
   SERVE8_CHECK(std::isfinite(softmax_scale), "{}: softmax_scale is {}", op, softmax_scale);
   SERVE8_CHECK(aligned16(q.data) && aligned16(out.data), "{}: q and out must be 16-byte aligned", op);
   const int group = static_cast<int>(hq / g.heads);
-  const bool fast = attention_fast_path(static_cast<int>(g.head_dim), group);
+  const bool f32 = q.dtype == DType::kF32;
+  // fp32 runs the generic kernel only: an unsupported head dim is an error, never a slow path.
+  SERVE8_CHECK(!f32 || attention_generic_path(static_cast<int>(g.head_dim), group),
+               "{}: fp32 q/out (--dtype float32) is supported for head dims 8, 16 and 32 only (the generic CUDA-core "
+               "kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
+               op, g.head_dim);
+  const bool fast = !f32 && attention_fast_path(static_cast<int>(g.head_dim), group);
   const bool generic = attention_generic_path(static_cast<int>(g.head_dim), group);
   SERVE8_CHECK(fast || generic,
                "{}: head_dim {} with GQA group {} ({} q heads over {} kv heads) and KV dtype {} is not supported on "
@@ -252,8 +273,9 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   check_slots(batch, g.num_slots, op);
 
   AttentionParams p;
-  p.q = q.ptr<const uint16_t>();
-  p.out = out.ptr<uint16_t>();
+  p.dtype = q.dtype;
+  p.q = q.data;
+  p.out = out.data;
   p.k_pool = kv.k.data;
   p.v_pool = kv.v.data;
   p.k_scale = kv.k_scale.ptr<const float>();

@@ -14,18 +14,30 @@
 namespace serve8 {
 namespace {
 
-bool kv_dtype_supported(DType t) {
-  switch (t) {
+// The pool dtypes and head dims the kernels serve with the backend's compute dtype, checked when
+// the pool is made so that an unsupported model fails at start-up, not at its first step.
+void check_kv_config(const KvCacheConfig& c, DType compute) {
+  switch (c.dtype) {
     case DType::kBF16:
     case DType::kF16:
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
-      return true;
+      break;
     case DType::kF32:
+      SERVE8_CHECK(compute == DType::kF32,
+                   "kv cache: fp32 storage needs fp32 compute (--dtype float32); this backend computes in {}",
+                   dtype_name(compute));
+      break;
     case DType::kI32:
-      return false;
+      fail(
+          "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3, or fp32 "
+          "with --dtype float32)",
+          dtype_name(c.dtype));
   }
-  return false;
+  SERVE8_CHECK(compute != DType::kF32 || attention_generic_path(c.head_dim, 1),
+               "kv cache: fp32 compute (--dtype float32) on CUDA supports head dims 8, 16 and 32 only (the generic "
+               "attention kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
+               c.head_dim);
 }
 
 // The pool: one allocation holding every layer's K and V ([slots, Hkv, D] each, in the storage
@@ -34,9 +46,7 @@ class CudaKvCache final : public KvCache {
  public:
   CudaKvCache(CudaBackend& backend, const KvCacheConfig& config, const KvScales& scales)
       : backend_(backend), config_(config) {
-    SERVE8_CHECK(kv_dtype_supported(config.dtype),
-                 "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3)",
-                 dtype_name(config.dtype));
+    check_kv_config(config, backend.compute_dtype());
     check_kv_cache_args(config, scales);
     const size_t row =
         static_cast<size_t>(config.num_kv_heads) * static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
@@ -85,6 +95,13 @@ void check_dtype(const Tensor& t, DType want, const char* op, const char* name) 
   SERVE8_CHECK(t.dtype == want, "{}: {} is {}, expected {}", op, name, dtype_name(t.dtype), dtype_name(want));
 }
 
+// Activations of the elementwise ops: bf16, or fp32 (fp32 compute). Either works on a backend of
+// either compute dtype; the model allocates them in compute_dtype().
+void check_activation(const Tensor& t, const char* op, const char* name) {
+  SERVE8_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32, "{}: {} is {}, expected bf16 or fp32", op, name,
+               dtype_name(t.dtype));
+}
+
 void check_present(const Tensor& t, const char* op, const char* name) {
   SERVE8_CHECK(!t.empty() || t.numel() == 0, "{}: {} has no data", op, name);
 }
@@ -125,14 +142,18 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> create_cuda_backend() { return std::make_unique<CudaBackend>(); }
+std::unique_ptr<Backend> create_cuda_backend(DType compute) { return std::make_unique<CudaBackend>(compute); }
 
-CudaBackend::CudaBackend() {
+CudaBackend::CudaBackend(DType compute) : compute_(compute) {
+  SERVE8_CHECK(compute == DType::kBF16 || compute == DType::kF32,
+               "cuda: compute dtype {} is not supported (bf16 or fp32; fp16 compute is not supported yet)",
+               dtype_name(compute));
   SERVE8_CUDA_CHECK(cudaGetDevice(&device_));
   SERVE8_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
   SERVE8_CHECK(props_.major >= 9, "cuda: {} is compute capability {}.{}; serve8's kernels are built for sm_90a",
                props_.name, props_.major, props_.minor);
   SERVE8_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  profiler_.attach(stream_);
   // The earlier kernels stay available for comparison (tests, benchmarks).
   if (const char* e = std::getenv("SERVE8_CUDA_DECODE")) {
     const std::string v = e;
@@ -214,6 +235,7 @@ std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& confi
 }
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+  const OpScope profile(profiler_, "embedding");
   constexpr const char* op = "embedding";
   check_present(table, op, "table");
   check_dtype(ids, DType::kI32, op, "ids");
@@ -233,6 +255,7 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) 
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  const OpScope profile(profiler_, "gather_rows");
   constexpr const char* op = "gather_rows";
   check_dtype(rows, DType::kI32, op, "rows");
   SERVE8_CHECK(rows.ndim == 1 && x.ndim >= 1, "{}: rows {} must be [M] and x {} non-scalar", op, rows.shape_str(),
@@ -252,8 +275,8 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
 
 void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps,
                                Tensor out) {
-  check_dtype(x, DType::kBF16, op, "x");
-  check_dtype(out, DType::kBF16, op, "out");
+  check_activation(x, op, "x");
+  check_dtype(out, x.dtype, op, "out");
   SERVE8_CHECK(x.ndim == 2, "{}: x has shape {}, expected [T, H]", op, x.shape_str());
   SERVE8_CHECK(out.ndim == 2 && out.dim(0) == x.dim(0) && out.dim(1) == x.dim(1), "{}: out {} does not match x {}", op,
                out.shape_str(), x.shape_str());
@@ -261,16 +284,17 @@ void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual
       weight.ndim == 1 && weight.dim(0) == x.dim(1) && (weight.dtype == DType::kBF16 || weight.dtype == DType::kF32),
       "{}: weight is {} {}, expected bf16 or fp32 [{}]", op, dtype_name(weight.dtype), weight.shape_str(), x.dim(1));
   if (residual) {
-    check_dtype(*residual, DType::kBF16, op, "residual");
+    check_dtype(*residual, x.dtype, op, "residual");
     SERVE8_CHECK(residual->ndim == 2 && residual->dim(0) == x.dim(0) && residual->dim(1) == x.dim(1),
                  "{}: residual {} does not match x {}", op, residual->shape_str(), x.shape_str());
   }
   RmsNormParams p;
-  p.x = x.ptr<const uint16_t>();
-  p.residual = residual ? residual->ptr<uint16_t>() : nullptr;
+  p.dtype = x.dtype;
+  p.x = x.data;
+  p.residual = residual ? residual->data : nullptr;
   p.weight = weight.data;
   p.weight_f32 = weight.dtype == DType::kF32;
-  p.out = out.ptr<uint16_t>();
+  p.out = out.data;
   p.rows = to_int(x.dim(0), op, "rows");
   p.hidden = to_int(x.dim(1), op, "hidden");
   p.eps = eps;
@@ -278,17 +302,20 @@ void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  const OpScope profile(profiler_, "rmsnorm");
   rmsnorm_impl("rmsnorm", x, nullptr, weight, eps, out);
 }
 
 void CudaBackend::add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) {
+  const OpScope profile(profiler_, "add_rmsnorm");
   rmsnorm_impl("add_rmsnorm", x, &residual, weight, eps, out);
 }
 
 void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  const OpScope profile(profiler_, "gemm");
   constexpr const char* op = "gemm";
-  SERVE8_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF16, "{}: x is {}, expected bf16 or fp16", op,
-               dtype_name(x.dtype));
+  SERVE8_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF16 || x.dtype == DType::kF32,
+               "{}: x is {}, expected bf16, fp16 or fp32", op, dtype_name(x.dtype));
   SERVE8_CHECK(w.dtype == x.dtype, "{}: w is {} but x is {}", op, dtype_name(w.dtype), dtype_name(x.dtype));
   SERVE8_CHECK(out.dtype == x.dtype || out.dtype == DType::kF32, "{}: out is {}, expected {} or fp32", op,
                dtype_name(out.dtype), dtype_name(x.dtype));
@@ -322,9 +349,10 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
 }
 
 void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
+  const OpScope profile(profiler_, "rope");
   constexpr const char* op = "rope";
-  check_dtype(q, DType::kBF16, op, "q");
-  check_dtype(k, DType::kBF16, op, "k");
+  check_activation(q, op, "q");
+  check_dtype(k, q.dtype, op, "k");
   SERVE8_CHECK(q.ndim == 3 && k.ndim == 3, "{}: q {} and k {} must be [T, heads, D]", op, q.shape_str(), k.shape_str());
   const int64_t t = q.dim(0), d = q.dim(2);
   SERVE8_CHECK(k.dim(0) == t && k.dim(2) == d && d % 2 == 0, "{}: q {} and k {} disagree (T, even D)", op,
@@ -336,8 +364,9 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor
   SERVE8_CHECK(inv_freq.ndim == 1 && inv_freq.dim(0) == d / 2, "{}: inv_freq {} for head_dim {}", op,
                inv_freq.shape_str(), d);
   RopeParams p;
-  p.q = q.ptr<uint16_t>();
-  p.k = k.ptr<uint16_t>();
+  p.dtype = q.dtype;
+  p.q = q.data;
+  p.k = k.data;
   p.positions = positions.ptr<const int32_t>();
   p.inv_freq = inv_freq.ptr<const float>();
   p.num_tokens = to_int(t, op, "tokens");
@@ -348,22 +377,25 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
+  const OpScope profile(profiler_, "silu_mul");
   constexpr const char* op = "silu_mul";
-  check_dtype(gate_up, DType::kBF16, op, "gate_up");
-  check_dtype(out, DType::kBF16, op, "out");
+  check_activation(gate_up, op, "gate_up");
+  check_dtype(out, gate_up.dtype, op, "out");
   SERVE8_CHECK(gate_up.ndim == 2 && gate_up.dim(1) % 2 == 0, "{}: gate_up has shape {}, expected [T, 2I]", op,
                gate_up.shape_str());
   SERVE8_CHECK(out.ndim == 2 && out.dim(0) == gate_up.dim(0) && out.dim(1) == gate_up.dim(1) / 2,
                "{}: out {} for gate_up {}", op, out.shape_str(), gate_up.shape_str());
   SiluMulParams p;
-  p.gate_up = gate_up.ptr<const uint16_t>();
-  p.out = out.ptr<uint16_t>();
+  p.dtype = gate_up.dtype;
+  p.gate_up = gate_up.data;
+  p.out = out.data;
   p.rows = to_int(gate_up.dim(0), op, "rows");
   p.inter = to_int(out.dim(1), op, "intermediate size");
   launch_silu_mul(p, stream_);
 }
 
 void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) {
+  const OpScope profile(profiler_, "sample");
   constexpr const char* op = "sample";
   check_dtype(logits, DType::kF32, op, "logits");
   SERVE8_CHECK(logits.ndim == 2 && logits.dim(1) > 0, "{}: logits has shape {}, expected [B, V]", op,

@@ -1,4 +1,4 @@
-// The CUDA backend: cuBLASLt GEMMs and serve8's own kernels, bf16 compute.
+// The CUDA backend: cuBLASLt GEMMs and serve8's own kernels, bf16 compute (or fp32, --dtype float32).
 #pragma once
 
 #include <memory>
@@ -8,6 +8,8 @@
 namespace serve8 {
 
 int cuda_device_count();
-std::unique_ptr<Backend> create_cuda_backend();
+// compute: the dtype of weights and activations, bf16 or fp32 (fp32: attention for head dims 8, 16
+// and 32 only, on the generic kernel; meant for checking small models against fp32 references).
+std::unique_ptr<Backend> create_cuda_backend(DType compute = DType::kBF16);
 
 }  // namespace serve8

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/op_profiler.h"
 #include "backend/cuda/sampler.h"
 
 namespace serve8 {
@@ -41,11 +42,11 @@ class StagedBuffer {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  explicit CudaBackend(DType compute = DType::kBF16);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
-  DType compute_dtype() const override { return DType::kBF16; }
+  DType compute_dtype() const override { return compute_; }
   std::string device_description() const override;
 
   void* alloc(size_t bytes) override;
@@ -71,6 +72,10 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
 
+  std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
+  void set_op_profiling(bool on) override;
+  std::vector<OpTime> op_profile() override;
+
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -86,11 +91,13 @@ class CudaBackend final : public Backend {
   const AttentionPlan& plan_attention(const DeviceBatch& batch, int group);
   void rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor out);
 
+  DType compute_ = DType::kBF16;  // bf16 or fp32
   int device_ = 0;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<CudaSampler> sampler_;
+  OpProfiler profiler_;
 
   StagedBuffer batch_buf_;  // the batch's int32 arrays (layout in upload_batch)
   int64_t token_cap_ = 0, seq_cap_ = 0, kv_cap_ = 0;

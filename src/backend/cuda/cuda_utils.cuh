@@ -1,4 +1,5 @@
-// Device helpers shared by the CUDA backend's kernels: bf16 vectors, warp and block reductions.
+// Device helpers shared by the CUDA backend's kernels: bf16 vectors, the activation types, warp and
+// block reductions.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +33,44 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
 __device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
   return uint4{pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7])};
 }
+
+// Activations as the kernels see them: bf16 carried as raw uint16_t bits (the default compute
+// dtype) or fp32 (--dtype float32). The small kernels are templates over the element type and go
+// through Act<T>, so the bf16 instantiation is the code it was before fp32 existed.
+template <typename T>
+struct Act;
+
+template <>
+struct Act<uint16_t> {
+  __device__ __forceinline__ static float load(const uint16_t* p) { return bf16_bits_to_float(*p); }
+  __device__ __forceinline__ static void store(uint16_t* p, float v) { *p = float_to_bf16_bits(v); }
+  // v as it reads back after a store.
+  __device__ __forceinline__ static float round(float v) { return bf16_bits_to_float(float_to_bf16_bits(v)); }
+  // Eight consecutive elements at a 16-byte aligned address.
+  __device__ __forceinline__ static void load8(const uint16_t* p, float (&f)[8]) {
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(p), f);
+  }
+  __device__ __forceinline__ static void store8(uint16_t* p, const float (&f)[8]) {
+    *reinterpret_cast<uint4*>(p) = pack_bf16x8(f);
+  }
+};
+
+template <>
+struct Act<float> {
+  __device__ __forceinline__ static float load(const float* p) { return *p; }
+  __device__ __forceinline__ static void store(float* p, float v) { *p = v; }
+  __device__ __forceinline__ static float round(float v) { return v; }
+  __device__ __forceinline__ static void load8(const float* p, float (&f)[8]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+    f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+  __device__ __forceinline__ static void store8(float* p, const float (&f)[8]) {
+    reinterpret_cast<float4*>(p)[0] = float4{f[0], f[1], f[2], f[3]};
+    reinterpret_cast<float4*>(p)[1] = float4{f[4], f[5], f[6], f[7]};
+  }
+};
 
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

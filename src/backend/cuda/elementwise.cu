@@ -1,5 +1,6 @@
 // The small kernels: row gathers, RMSNorm (with the fused residual add), RoPE, SiLU·mul and the
-// bias fallback. All memory bound; 16-byte accesses where rows allow them.
+// bias fallback. All memory bound; 16-byte accesses where rows allow them. Templates over the
+// activation type T (uint16_t bf16 bits or float, see Act in cuda_utils.cuh); math is fp32.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -31,33 +32,34 @@ __device__ __forceinline__ float load_weight(const RmsNormParams& p, int i) {
 
 // One block per row. The first pass forms (and for add_rmsnorm stores) the row and its sum of
 // squares; the second reads it back from where this same thread put it, so no barrier is needed.
-template <int kVec>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
+  using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
-  const uint16_t* x = p.x + row * p.hidden;
-  uint16_t* res = p.residual ? p.residual + row * p.hidden : nullptr;
-  uint16_t* out = p.out + row * p.hidden;
-  const uint16_t* src = res ? res : x;  // where the normalized row lives after pass one
+  const T* x = static_cast<const T*>(p.x) + row * p.hidden;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * p.hidden : nullptr;
+  T* out = static_cast<T*>(p.out) + row * p.hidden;
+  const T* src = res ? res : x;  // where the normalized row lives after pass one
   float ss = 0.0f;
   for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
     float v[kVec];
     if constexpr (kVec == 8) {
       float a[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(x + i), v);
+      A::load8(x + i, v);
       if (res) {
-        unpack_bf16x8(*reinterpret_cast<const uint4*>(res + i), a);
-        // The residual stream is bf16: normalize the rounded sum, as the next layer will see it.
+        A::load8(res + i, a);
+        // The residual stream is stored in the activation dtype (bf16: rounded): normalize the
+        // sum as stored, as the next layer will see it.
 #pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = bf16_bits_to_float(float_to_bf16_bits(v[j] + a[j]));
-        *reinterpret_cast<uint4*>(res + i) = pack_bf16x8(v);
+        for (int j = 0; j < 8; ++j) v[j] = A::round(v[j] + a[j]);
+        A::store8(res + i, v);
       }
     } else {
-      v[0] = bf16_bits_to_float(x[i]);
+      v[0] = A::load(x + i);
       if (res) {
-        const uint16_t r = float_to_bf16_bits(v[0] + bf16_bits_to_float(res[i]));
-        res[i] = r;
-        v[0] = bf16_bits_to_float(r);
+        v[0] = A::round(v[0] + A::load(res + i));
+        A::store(res + i, v[0]);
       }
     }
 #pragma unroll
@@ -68,19 +70,21 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
   for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
     float v[kVec];
     if constexpr (kVec == 8) {
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(src + i), v);
+      A::load8(src + i, v);
 #pragma unroll
       for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * load_weight(p, i + j);
-      *reinterpret_cast<uint4*>(out + i) = pack_bf16x8(v);
+      A::store8(out + i, v);
     } else {
-      out[i] = float_to_bf16_bits(bf16_bits_to_float(src[i]) * inv_rms * load_weight(p, i));
+      A::store(out + i, A::load(src + i) * inv_rms * load_weight(p, i));
     }
   }
 }
 
 // One block per token: the angles of the token are computed once into shared memory, in fp32 as
 // float(pos) * inv_freq, then every head of q and k is rotated.
+template <typename T>
 __global__ void rope_kernel(const RopeParams p) {
+  using A = Act<T>;
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
@@ -96,37 +100,38 @@ __global__ void rope_kernel(const RopeParams p) {
   for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
     const int h = j / half;
     const int i = j - h * half;
-    uint16_t* base = h < p.num_q_heads
-                         ? p.q + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim
-                         : p.k + (static_cast<int64_t>(t) * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
-    const float x1 = bf16_bits_to_float(base[i]);
-    const float x2 = bf16_bits_to_float(base[i + half]);
+    T* base = h < p.num_q_heads ? static_cast<T*>(p.q) + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim
+                                : static_cast<T*>(p.k) +
+                                      (static_cast<int64_t>(t) * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
+    const float x1 = A::load(base + i);
+    const float x2 = A::load(base + i + half);
     const float c = cs[i], s = cs[half + i];
-    base[i] = float_to_bf16_bits(x1 * c - x2 * s);
-    base[i + half] = float_to_bf16_bits(x2 * c + x1 * s);
+    A::store(base + i, x1 * c - x2 * s);
+    A::store(base + i + half, x2 * c + x1 * s);
   }
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-template <int kVec>
+template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
+  using A = Act<T>;
   const int64_t per_row = p.inter / kVec;
   const int64_t n = per_row * p.rows;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < n; idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = idx / per_row;
     const int64_t c = (idx - r * per_row) * kVec;
-    const uint16_t* g = p.gate_up + r * 2 * p.inter + c;
-    uint16_t* o = p.out + r * p.inter + c;
+    const T* g = static_cast<const T*>(p.gate_up) + r * 2 * p.inter + c;
+    T* o = static_cast<T*>(p.out) + r * p.inter + c;
     if constexpr (kVec == 8) {
       float a[8], b[8];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(g), a);
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(g + p.inter), b);
+      A::load8(g, a);
+      A::load8(g + p.inter, b);
 #pragma unroll
       for (int j = 0; j < 8; ++j) a[j] = silu(a[j]) * b[j];
-      *reinterpret_cast<uint4*>(o) = pack_bf16x8(a);
+      A::store8(o, a);
     } else {
-      *o = float_to_bf16_bits(silu(bf16_bits_to_float(g[0])) * bf16_bits_to_float(g[p.inter]));
+      A::store(o, silu(A::load(g)) * A::load(g + p.inter));
     }
   }
 }
@@ -153,6 +158,27 @@ int grid_for(int64_t n, int threads) {
 
 bool aligned_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+template <typename T>
+void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
+  const bool vec =
+      p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) && (!p.residual || aligned_host(p.residual));
+  if (vec) {
+    rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
+  } else {
+    rmsnorm_kernel<T, 1><<<p.rows, kRowThreads, 0, stream>>>(p);
+  }
+}
+
+template <typename T>
+void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
+  const int threads = 256;
+  if (p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out)) {
+    silu_mul_kernel<T, 8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
+  } else {
+    silu_mul_kernel<T, 1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
+  }
+}
+
 }  // namespace
 
 void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
@@ -163,12 +189,10 @@ void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
 
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  const bool vec =
-      p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) && (!p.residual || aligned_host(p.residual));
-  if (vec) {
-    rmsnorm_kernel<8><<<p.rows, kRowThreads, 0, stream>>>(p);
+  if (p.dtype == DType::kF32) {
+    launch_rmsnorm_typed<float>(p, stream);
   } else {
-    rmsnorm_kernel<1><<<p.rows, kRowThreads, 0, stream>>>(p);
+    launch_rmsnorm_typed<uint16_t>(p, stream);
   }
   SERVE8_CUDA_CHECK_LAUNCH("rmsnorm_kernel");
 }
@@ -176,17 +200,20 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream) {
 void launch_rope(const RopeParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   const size_t smem = sizeof(float) * static_cast<size_t>(p.head_dim);
-  rope_kernel<<<p.num_tokens, 128, smem, stream>>>(p);
+  if (p.dtype == DType::kF32) {
+    rope_kernel<float><<<p.num_tokens, 128, smem, stream>>>(p);
+  } else {
+    rope_kernel<uint16_t><<<p.num_tokens, 128, smem, stream>>>(p);
+  }
   SERVE8_CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
 void launch_silu_mul(const SiluMulParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  const int threads = 256;
-  if (p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out)) {
-    silu_mul_kernel<8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
+  if (p.dtype == DType::kF32) {
+    launch_silu_mul_typed<float>(p, stream);
   } else {
-    silu_mul_kernel<1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
+    launch_silu_mul_typed<uint16_t>(p, stream);
   }
   SERVE8_CUDA_CHECK_LAUNCH("silu_mul_kernel");
 }

@@ -54,6 +54,9 @@ void CublasLtGemm::destroy(Plan& plan) {
 
 bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, int align_x, int align_w, int align_out,
                             int align_bias) {
+  // fp32 accumulation. With fp32 x and w (--dtype float32) the products are fp32 too: plain
+  // CUBLAS_COMPUTE_32F is IEEE fp32, never TF32 (that would take CUBLAS_COMPUTE_32F_FAST_TF32, and
+  // cuBLASLt has no handle-wide math mode that could turn it on), so fp32 results match the CPU's.
   SERVE8_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   SERVE8_CUBLAS_CHECK(

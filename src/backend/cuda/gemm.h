@@ -21,7 +21,7 @@ struct GemmArgs {
   const void* bias = nullptr;  // optional
   void* out = nullptr;
   int64_t m = 0, n = 0, k = 0;
-  cudaDataType_t in_type = CUDA_R_16BF;  // x and w
+  cudaDataType_t in_type = CUDA_R_16BF;  // x and w: bf16, fp16 or fp32
   cudaDataType_t out_type = CUDA_R_16BF;
   cudaDataType_t bias_type = CUDA_R_16BF;
 };

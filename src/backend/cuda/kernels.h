@@ -1,6 +1,7 @@
 // Launchers of the CUDA backend's small kernels (everything but GEMM, attention and sampling).
 // The backend checks shapes and dtypes at its op entry points; these trust their parameters.
-// Activations are bf16, carried as raw uint16_t bits so that this header stays plain C++.
+// Activations are bf16 or fp32 (the backend's compute dtype), passed untyped with their DType so
+// that this header stays plain C++; the launchers dispatch on it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,14 +23,15 @@ struct GatherRowsParams {
 };
 void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
 
-// out = rmsnorm(x) * weight; with residual set: residual += x (stored as bf16), then the norm of
-// the new residual.
+// out = rmsnorm(x) * weight; with residual set: residual += x (stored in the activation dtype),
+// then the norm of the new residual.
 struct RmsNormParams {
-  const uint16_t* x = nullptr;
-  uint16_t* residual = nullptr;  // null: plain rmsnorm
+  DType dtype = DType::kBF16;  // of x, residual and out: bf16 or fp32
+  const void* x = nullptr;
+  void* residual = nullptr;  // null: plain rmsnorm
   const void* weight = nullptr;
   bool weight_f32 = false;  // else bf16
-  uint16_t* out = nullptr;
+  void* out = nullptr;
   int rows = 0;
   int hidden = 0;
   float eps = 0.0f;
@@ -38,8 +40,9 @@ void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream);
 
 // HF rotate-half RoPE of q and k in place.
 struct RopeParams {
-  uint16_t* q = nullptr;
-  uint16_t* k = nullptr;
+  DType dtype = DType::kBF16;  // of q and k: bf16 or fp32
+  void* q = nullptr;
+  void* k = nullptr;
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
   int num_tokens = 0;
@@ -51,8 +54,9 @@ void launch_rope(const RopeParams& p, cudaStream_t stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i].
 struct SiluMulParams {
-  const uint16_t* gate_up = nullptr;
-  uint16_t* out = nullptr;
+  DType dtype = DType::kBF16;  // of gate_up and out: bf16 or fp32
+  const void* gate_up = nullptr;
+  void* out = nullptr;
   int rows = 0;
   int inter = 0;
 };
@@ -69,11 +73,12 @@ struct BiasAddParams {
 };
 void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
 
-// Writes k, v [T, Hkv, D] (bf16) into the pool at out_slots: value / scale[head], converted to the
-// storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
+// Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
+// to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
 struct KvStoreParams {
-  const uint16_t* k = nullptr;
-  const uint16_t* v = nullptr;
+  DType dtype = DType::kBF16;  // of k and v: bf16 or fp32
+  const void* k = nullptr;
+  const void* v = nullptr;
   const int32_t* out_slots = nullptr;
   void* k_pool = nullptr;
   void* v_pool = nullptr;
@@ -82,7 +87,7 @@ struct KvStoreParams {
   int num_tokens = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3
+  DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3; fp32 from fp32 k, v only
 };
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
 

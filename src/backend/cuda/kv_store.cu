@@ -1,6 +1,9 @@
 // kv_store: scale, convert and scatter new K/V rows into the pool in one pass. The conversions are
 // core/dtype.h's own functions compiled for the device, so the stored bytes equal the CPU
-// backend's bit for bit (saturation and NaN handling included).
+// backend's bit for bit (saturation and NaN handling included). The new rows are bf16 or fp32
+// activations (Act in cuda_utils.cuh); an fp32 pool takes fp32 rows only.
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -10,6 +13,11 @@ namespace {
 
 template <DType kStore>
 struct StoreTraits;
+template <>
+struct StoreTraits<DType::kF32> {
+  using T = float;
+  __device__ static T convert(float x) { return x; }
+};
 template <>
 struct StoreTraits<DType::kBF16> {
   using T = uint16_t;
@@ -32,9 +40,10 @@ struct StoreTraits<DType::kFP8E4M3> {
 };
 
 // One thread per kVec consecutive elements of one (token, head) row; K and V alike.
-template <DType kStore, int kVec>
+template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
   using Traits = StoreTraits<kStore>;
+  using A = Act<TIn>;
   using T = typename Traits::T;
   const int chunks = p.head_dim / kVec;
   const int64_t per_tensor = int64_t{p.num_tokens} * p.num_kv_heads * chunks;
@@ -46,24 +55,27 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
     const int c = static_cast<int>(i - row * chunks) * kVec;
     const int token = static_cast<int>(row / p.num_kv_heads);
     const int head = static_cast<int>(row - int64_t{token} * p.num_kv_heads);
-    const uint16_t* src = (is_v ? p.v : p.k) + row * p.head_dim + c;
+    const TIn* src = static_cast<const TIn*>(is_v ? p.v : p.k) + row * p.head_dim + c;
     const float scale = (is_v ? p.v_scale : p.k_scale)[head];
     const int64_t slot = p.out_slots[token];
     T* dst = static_cast<T*>(is_v ? p.v_pool : p.k_pool) + (slot * p.num_kv_heads + head) * p.head_dim + c;
     float x[kVec];
     if constexpr (kVec == 8) {
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(src), x);
+      A::load8(src, x);
     } else {
-      x[0] = bf16_bits_to_float(*src);
+      x[0] = A::load(src);
     }
-    T y[kVec];
+    alignas(16) T y[kVec];
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       // A true division, as the CPU's. NaN passes through unchanged: x86 returns the NaN operand
       // (sign and payload kept), while the GPU's division would return its canonical NaN.
       y[j] = Traits::convert(isnan(x[j]) ? x[j] : __fdiv_rn(x[j], scale));
     }
-    if constexpr (kVec == 8 && sizeof(T) == 2) {
+    if constexpr (kVec == 8 && sizeof(T) == 4) {
+      reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(y)[0];
+      reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(y)[1];
+    } else if constexpr (kVec == 8 && sizeof(T) == 2) {
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(y);
     } else if constexpr (kVec == 8 && sizeof(T) == 1) {
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(y);
@@ -74,7 +86,7 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
   }
 }
 
-template <DType kStore>
+template <typename TIn, DType kStore>
 void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int threads = 256;
   const bool vec = p.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(p.k) & 15u) == 0 &&
@@ -83,31 +95,42 @@ void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
   if (vec) {
-    kv_store_kernel<kStore, 8><<<blocks, threads, 0, stream>>>(p);
+    kv_store_kernel<TIn, kStore, 8><<<blocks, threads, 0, stream>>>(p);
   } else {
-    kv_store_kernel<kStore, 1><<<blocks, threads, 0, stream>>>(p);
+    kv_store_kernel<TIn, kStore, 1><<<blocks, threads, 0, stream>>>(p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("kv_store_kernel");
+}
+
+template <typename TIn>
+void launch_for_input(const KvStoreParams& p, cudaStream_t stream) {
+  switch (p.kv_dtype) {
+    case DType::kBF16:
+      return launch_typed<TIn, DType::kBF16>(p, stream);
+    case DType::kF16:
+      return launch_typed<TIn, DType::kF16>(p, stream);
+    case DType::kFP8E5M2:
+      return launch_typed<TIn, DType::kFP8E5M2>(p, stream);
+    case DType::kFP8E4M3:
+      return launch_typed<TIn, DType::kFP8E4M3>(p, stream);
+    case DType::kF32:
+      // An fp32 pool holds fp32 compute's K/V only; bf16 rows into it are rejected by the backend.
+      if constexpr (std::is_same_v<TIn, float>) launch_typed<float, DType::kF32>(p, stream);
+      return;
+    case DType::kI32:
+      return;  // rejected by the backend's entry point
+  }
 }
 
 }  // namespace
 
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
-  switch (p.kv_dtype) {
-    case DType::kBF16:
-      return launch_typed<DType::kBF16>(p, stream);
-    case DType::kF16:
-      return launch_typed<DType::kF16>(p, stream);
-    case DType::kFP8E5M2:
-      return launch_typed<DType::kFP8E5M2>(p, stream);
-    case DType::kFP8E4M3:
-      return launch_typed<DType::kFP8E4M3>(p, stream);
-    case DType::kF32:
-    case DType::kI32:
-      break;
+  if (p.dtype == DType::kF32) {
+    launch_for_input<float>(p, stream);
+  } else {
+    launch_for_input<uint16_t>(p, stream);
   }
-  // The backend's entry point rejects other dtypes before launching.
 }
 
 }  // namespace serve8

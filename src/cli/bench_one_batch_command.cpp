@@ -1,0 +1,202 @@
+// `serve8 bench-one-batch`: the latency of one static batch, without the scheduler or the server,
+// as SGLang's bench_one_batch: prefill `--input-len` random tokens for each of `--batch-size`
+// sequences, then `--output-len` greedy decode steps; per batch size, the prefill latency and
+// throughput and the median decode step. `--profile` adds a per-op split of the decode step
+// (graphs off, CUDA events around each op), which is where the attention share comes from.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/direct_batch.h"
+
+namespace serve8 {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOneBatchArgs {
+  EngineArgs engine;
+  std::vector<int> batch_sizes{1};
+  int input_len = 1024;
+  int output_len = 16;
+  int profile_steps = 0;
+  std::string result_filename;
+  std::string command_line;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct Run {
+  double prefill_s = 0.0;
+  std::vector<double> decode_s;
+};
+
+// One prefill of every sequence, then `steps` decode steps, each ending in a greedy sample (the
+// host sync a serving loop has too). The first decode input is token 1: what is decoded does not
+// change the work.
+Run run_batch(EngineParts& e, int bs, const std::vector<std::vector<int32_t>>& prompts,
+              const std::vector<int32_t>& first, int steps) {
+  LlamaModel& model = *e.model;
+  Backend& backend = model.backend();
+  Run r;
+  backend.synchronize();
+  const auto t0 = Clock::now();
+  prefill(model, *e.kv, prompts, first, e.scheduler.max_prefill_tokens, model.max_seqs(), false);
+  r.prefill_s = seconds_since(t0);
+  std::vector<int32_t> tokens(static_cast<size_t>(bs), 1), positions(static_cast<size_t>(bs));
+  std::vector<SamplingRow> greedy(static_cast<size_t>(bs));
+  ForwardBatch scratch;
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < bs; ++i)
+      positions[static_cast<size_t>(i)] = static_cast<int32_t>(prompts[static_cast<size_t>(i)].size()) + s;
+    const auto t = Clock::now();
+    Tensor logits = decode_step(model, *e.kv, scratch, tokens, positions, first);
+    backend.sample(logits, greedy, tokens.data());
+    r.decode_s.push_back(seconds_since(t));
+  }
+  return r;
+}
+
+int run_bench_one_batch(BenchOneBatchArgs a) {
+  SERVE8_CHECK(a.input_len >= 1 && a.output_len >= 1, "bench-one-batch: --input-len and --output-len must be >= 1");
+  const int max_bs = *std::max_element(a.batch_sizes.begin(), a.batch_sizes.end());
+  SERVE8_CHECK(*std::min_element(a.batch_sizes.begin(), a.batch_sizes.end()) >= 1,
+               "bench-one-batch: --batch-size must be >= 1");
+  a.engine.scheduler.max_running_requests = std::max(a.engine.scheduler.max_running_requests, max_bs);
+  a.engine.cuda_graph_max_bs = std::max(a.engine.cuda_graph_max_bs, max_bs);
+  EngineParts e = create_engine_parts(a.engine);
+  const int capacity = a.input_len + a.output_len + a.profile_steps + 1;
+  const int vocab = e.model->config().vocab_size;
+  const bool graphs = !a.engine.disable_cuda_graph && e.backend->name() == "cuda";
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> tok(1, vocab - 1);
+
+  // Warm-up (SGLang does one too): the first steps pay for lazy set-up.
+  {
+    const int bs = a.batch_sizes.front();
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(bs),
+                                              std::vector<int32_t>(static_cast<size_t>(a.input_len)));
+    for (auto& p : prompts)
+      for (auto& t : p) t = tok(rng);
+    run_batch(e, bs, prompts, first_slots(bs, capacity, *e.kv), std::min(a.output_len, 4));
+  }
+
+  std::ofstream results;
+  if (!a.result_filename.empty()) {
+    results.open(a.result_filename, std::ios::app);
+    SERVE8_CHECK(results.good(), "bench-one-batch: cannot open {} for appending", a.result_filename);
+  }
+  const char* git = std::getenv("SERVE8_GIT_HASH");
+  for (int bs : a.batch_sizes) {
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(bs),
+                                              std::vector<int32_t>(static_cast<size_t>(a.input_len)));
+    for (auto& p : prompts)
+      for (auto& t : p) t = tok(rng);
+    const std::vector<int32_t> first = first_slots(bs, capacity, *e.kv);
+    const Run r = run_batch(e, bs, prompts, first, a.output_len);
+    const double dec = median(r.decode_s);
+    double decode_total = 0.0;
+    for (double d : r.decode_s) decode_total += d;
+    const double total = r.prefill_s + decode_total;
+    fmt::print("batch {}, input {}, output {} ({}, KV {}, CUDA graphs {})\n", bs, a.input_len, a.output_len,
+               e.backend->name(), dtype_name(e.kv->config().dtype), graphs ? "on" : "off");
+    fmt::print("  prefill: latency {:.5f} s, throughput {:.1f} token/s\n", r.prefill_s,
+               bs * static_cast<double>(a.input_len) / r.prefill_s);
+    fmt::print("  decode:  median latency {:.5f} s, median throughput {:.1f} token/s\n", dec, bs / dec);
+    fmt::print("  total:   latency {:.4f} s, throughput {:.1f} token/s\n", total,
+               bs * static_cast<double>(a.input_len + a.output_len) / total);
+    nlohmann::json j = {{"command", a.command_line},
+                        {"git_hash", git ? git : "unknown"},
+                        {"device", e.backend->device_description()},
+                        {"date", utc_now()},
+                        {"model_path", a.engine.model_path},
+                        {"load_format", a.engine.load_format},
+                        {"kv_cache_dtype", dtype_name(e.kv->config().dtype)},
+                        {"cuda_graph", graphs},
+                        {"batch_size", bs},
+                        {"input_len", a.input_len},
+                        {"output_len", a.output_len},
+                        {"prefill_latency_s", r.prefill_s},
+                        {"prefill_throughput", bs * static_cast<double>(a.input_len) / r.prefill_s},
+                        {"median_decode_latency_s", dec},
+                        {"median_decode_throughput", bs / dec},
+                        {"total_latency_s", total},
+                        {"overall_throughput", bs * static_cast<double>(a.input_len + a.output_len) / total}};
+
+    if (a.profile_steps > 0) {
+      // Op by op (graphs would hide the ops), after the timed steps, at the positions that follow.
+      e.model->disable_decode_graphs();
+      e.backend->set_op_profiling(true);
+      std::vector<int32_t> tokens(static_cast<size_t>(bs), 1), positions(static_cast<size_t>(bs));
+      std::vector<SamplingRow> greedy(static_cast<size_t>(bs));
+      ForwardBatch scratch;
+      std::vector<double> wall;
+      for (int s = 0; s < a.profile_steps; ++s) {
+        for (int i = 0; i < bs; ++i) positions[static_cast<size_t>(i)] = a.input_len + a.output_len + s;
+        const auto t = Clock::now();
+        Tensor logits = decode_step(*e.model, *e.kv, scratch, tokens, positions, first);
+        e.backend->sample(logits, greedy, tokens.data());
+        wall.push_back(seconds_since(t));
+      }
+      const std::vector<OpTime> ops = e.backend->op_profile();
+      e.backend->set_op_profiling(false);
+      double sum = 0.0;
+      for (const OpTime& o : ops) sum += o.ms;
+      fmt::print("  decode step op by op ({} steps, graphs off; median wall {:.5f} s):\n", a.profile_steps,
+                 median(wall));
+      nlohmann::json jo = nlohmann::json::array();
+      for (const OpTime& o : ops) {
+        fmt::print("    {:<12} {:8.4f} ms/step  {:5.1f}%\n", o.op, o.ms / a.profile_steps, 100.0 * o.ms / sum);
+        jo.push_back({{"op", o.op}, {"ms_per_step", o.ms / a.profile_steps}, {"share", o.ms / sum}});
+      }
+      j["op_profile"] = jo;
+      j["op_profile_wall_s"] = median(wall);
+      if (graphs) e.model->enable_decode_graphs(*e.kv, std::min(a.engine.cuda_graph_max_bs, e.model->max_seqs()));
+    }
+    if (results.is_open()) results << j.dump() << "\n" << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_one_batch(CLI::App& root, SetAction set_action) {
+  auto a = std::make_shared<BenchOneBatchArgs>();
+  CLI::App* app = root.add_subcommand("bench-one-batch", "latency of one static batch: prefill, then decode steps");
+  add_engine_options(*app, a->engine);
+  app->add_option("--batch-size", a->batch_sizes, "batch sizes to run, one after another")->expected(1, 64);
+  app->add_option("--input-len", a->input_len, "prompt tokens per sequence (random ids)");
+  app->add_option("--output-len", a->output_len, "decode steps");
+  app->add_option("--profile-steps", a->profile_steps,
+                  "then this many decode steps op by op (graphs off), timing each op with CUDA events");
+  app->add_option("--result-filename", a->result_filename, "append one JSON line per batch size here");
+  app->callback([a, set_action] {
+    a->command_line = invoked_command_line();
+    set_action([a] { return run_bench_one_batch(*a); });
+  });
+}
+
+}  // namespace serve8

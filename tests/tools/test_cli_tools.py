@@ -1,0 +1,73 @@
+"""bench-one-batch and dump-logits on the CPU, with stories260K (llama2.c's run.c is the oracle)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED = Path(os.environ.get("SERVE8_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
+BIN = os.environ.get("SERVE8_BIN", "serve8")
+
+
+@pytest.fixture(scope="module")
+def stories(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stories260K")
+    subprocess.run([BIN, "convert", "llama2c", "--checkpoint", str(SHARED / "models/stories260K/stories260K.bin"),
+                    "--output", str(out)], check=True, capture_output=True)
+    return out
+
+
+def golden():
+    return json.load(open(SHARED / "golden/stories260K/greedy.json"))["cases"]
+
+
+def test_dump_logits_follows_run_c(stories, tmp_path):
+    """Teacher-forced over the golden path, the argmax of every dumped row is run.c's next id, and
+    the greedy continuation is run.c's too."""
+    cases = golden()
+    d, g = 6, 10
+    lines, expect_rows, expect_greedy = [], [], []
+    for c in cases:
+        path = c["prompt_ids"] + c["greedy_ids"]
+        cut = len(c["prompt_ids"]) + 12  # 12 golden ids into the prompt, then d of them decoded
+        lines.append(" ".join(map(str, path[:cut])))
+        expect_rows.append(path[cut - d:cut + 1])  # the id each row must predict
+        expect_greedy.append(path[cut:cut + g])
+    (tmp_path / "prompts.txt").write_text("\n".join(lines) + "\n")
+    prefix = tmp_path / "out"
+    subprocess.run([BIN, "dump-logits", "--device", "cpu", "--model-path", str(stories), "--prompts-file",
+                    str(tmp_path / "prompts.txt"), "--decode-tokens", str(d), "--greedy-tokens", str(g),
+                    "--output", str(prefix)], check=True, capture_output=True)
+    logits = np.load(str(prefix) + ".npy")
+    meta = json.load(open(str(prefix) + ".json"))
+    assert logits.shape == (3, d + 1, 512)
+    for i in range(3):
+        assert logits[i].argmax(-1).tolist() == expect_rows[i], f"case {i}"
+        assert meta["prompts"][i]["greedy_ids"] == expect_greedy[i], f"case {i}"
+        assert meta["prompts"][i]["positions"] == list(range(len(lines[i].split()) - d - 1, len(lines[i].split())))
+
+
+def test_dump_logits_rejects_out_of_vocab(stories, tmp_path):
+    (tmp_path / "p.txt").write_text("1 2 99999 4 5 6 7 8 9 10\n")
+    r = subprocess.run([BIN, "dump-logits", "--device", "cpu", "--model-path", str(stories), "--prompts-file",
+                        str(tmp_path / "p.txt"), "--output", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "99999" in r.stderr + r.stdout
+
+
+def test_bench_one_batch_writes_results(stories, tmp_path):
+    res = tmp_path / "r.jsonl"
+    r = subprocess.run([BIN, "bench-one-batch", "--device", "cpu", "--model-path", str(stories), "--batch-size", "1",
+                        "3", "--input-len", "16", "--output-len", "5", "--result-filename", str(res)],
+                       check=True, capture_output=True, text=True)
+    rows = [json.loads(l) for l in res.read_text().splitlines()]
+    assert [x["batch_size"] for x in rows] == [1, 3]
+    for x in rows:
+        assert x["input_len"] == 16 and x["output_len"] == 5
+        assert x["prefill_latency_s"] > 0 and x["median_decode_latency_s"] > 0
+        assert x["median_decode_throughput"] == pytest.approx(x["batch_size"] / x["median_decode_latency_s"])
+        assert "bench-one-batch" in x["command"] and x["device"] and x["date"]
+    assert "median latency" in r.stdout
