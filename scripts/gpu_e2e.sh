@@ -87,10 +87,12 @@ hf() {
     python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" >>"$OUT/log.txt" 2>&1 || {
       echo "$cfg: HF build failed (see log.txt)"; continue; }
     "$B" dump-logits --device cuda --model-path "$d" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
-      --greedy-tokens 32 --max-total-tokens 4096 --output "$OUT/hf_$cfg" >>"$OUT/log.txt" 2>&1 || {
+      --greedy-tokens 32 --max-total-tokens 4096 --output "$OUT/hf_${cfg}_free" >>"$OUT/log.txt" 2>&1 &&
+      "$B" dump-logits --device cuda --model-path "$d" --prompts-file "$d/forced.txt" --decode-tokens 32 \
+        --greedy-tokens 0 --max-total-tokens 4096 --output "$OUT/hf_${cfg}_forced" >>"$OUT/log.txt" 2>&1 || {
       echo "$cfg: serve8 dump-logits failed (see log.txt)"; continue; }
-    python3 "$root/scripts/hf_compare.py" compare "$d" "$OUT/hf_$cfg" 2>>"$OUT/log.txt"
-    rm -f "$OUT/hf_$cfg.npy"
+    python3 "$root/scripts/hf_compare.py" compare "$d" "$OUT/hf_${cfg}_free" "$OUT/hf_${cfg}_forced" 2>>"$OUT/log.txt"
+    rm -f "$OUT"/hf_"$cfg"_*.npy
   done | tee "$OUT/hf_summary.txt"
 }
 

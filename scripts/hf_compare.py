@@ -3,15 +3,23 @@
 
   hf_compare.py build CONFIG_JSON LAYERS DIR   HF builds the model from CONFIG_JSON with LAYERS
                                                layers and seeded random weights, saves it to DIR
-                                               (save_pretrained, bf16) with DIR/prompts.txt
-  hf_compare.py compare DIR SERVE8_PREFIX      compares the logits and greedy ids serve8 wrote
-                                               (serve8 dump-logits --output SERVE8_PREFIX) with
-                                               transformers' own, prints a report and writes
-                                               SERVE8_PREFIX.compare.json
+                                               (save_pretrained, bf16) with DIR/prompts.txt, and
+                                               DIR/forced.txt: each prompt followed by the 32 ids
+                                               transformers (fp32) generates greedily from it
+  hf_compare.py compare DIR FREE FORCED        compares what serve8 dump-logits wrote for
+                                               prompts.txt (--output FREE: its free-running greedy
+                                               ids) and for forced.txt (--output FORCED,
+                                               --decode-tokens 32: its logits along transformers'
+                                               greedy path) with transformers' own; prints a
+                                               report and writes FORCED.compare.json
 
 The reference is transformers in fp32 over the same bf16 weights. "bf16 noise" is measured, not
 assumed: transformers' own bf16 run is compared with the same reference, and serve8's differences
-are reported next to it.
+are reported next to it. Greedy ids are compared teacher-forced along the reference's greedy path
+(at each of the 32 steps, is serve8's argmax the reference's id?): free-running sequences of two
+correct implementations part for good at the first near-tie of a random-weight model, which says
+nothing about the steps after it. Every teacher-forced disagreement is reported with the
+reference's own margin between the two ids, next to the measured noise.
 """
 import json
 import pathlib
@@ -25,6 +33,14 @@ torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference is true fp32
 torch.backends.cudnn.allow_tf32 = False
 
 PROMPT_LENS = [17, 40, 64, 100, 129, 200]
+GREEDY = 32
+
+
+def hf_greedy(m, prompt, n):
+    ids = torch.tensor([prompt], device="cuda")
+    with torch.no_grad():
+        return m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None,
+                          pad_token_id=0)[0, len(prompt):].tolist()
 
 
 def build(config_json, layers, out):
@@ -35,74 +51,101 @@ def build(config_json, layers, out):
     with torch.device("cuda"):
         model = LlamaForCausalLM(LlamaConfig(**cfg))
     model.to(torch.bfloat16).save_pretrained(out)
+    del model
     rng = np.random.default_rng(0)
-    with open(out / "prompts.txt", "w") as f:
-        for n in PROMPT_LENS:
-            f.write(" ".join(str(int(t)) for t in rng.integers(3, cfg["vocab_size"], n)) + "\n")
+    prompts = [[int(t) for t in rng.integers(3, cfg["vocab_size"], n)] for n in PROMPT_LENS]
+    ref = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).cuda().eval()  # the saved bf16 weights
+    with open(out / "prompts.txt", "w") as f, open(out / "forced.txt", "w") as g:
+        for p in prompts:
+            f.write(" ".join(map(str, p)) + "\n")
+            g.write(" ".join(map(str, p + hf_greedy(ref, p, GREEDY))) + "\n")
 
 
 def lead(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def compare(model_dir, prefix):
+def compare(model_dir, free_prefix, forced_prefix):
     model_dir = pathlib.Path(model_dir)
-    mine = np.load(prefix + ".npy")  # [prompts, D + 1, vocab]
-    meta = json.load(open(prefix + ".json"))
+    mine = np.load(forced_prefix + ".npy")  # [prompts, GREEDY + 1, vocab]
+    forced_meta = json.load(open(forced_prefix + ".json"))
+    free_meta = json.load(open(free_prefix + ".json"))
+    forced = [list(map(int, l.split())) for l in open(model_dir / "forced.txt") if l.strip()]
     prompts = [list(map(int, l.split())) for l in open(model_dir / "prompts.txt") if l.strip()]
-    g = len(meta["prompts"][0]["greedy_ids"])
     ref = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         m = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype).cuda().eval()
-        logits, greedy = [], []
-        for p, pm in zip(prompts, meta["prompts"]):
-            ids = torch.tensor([p], device="cuda")
+        logits = []
+        for f, pm in zip(forced, forced_meta["prompts"]):
             with torch.no_grad():
-                out = m(ids).logits[0].float()
-                logits.append(out[pm["positions"]].cpu().numpy())
-                gen = m.generate(ids, max_new_tokens=g, min_new_tokens=g, do_sample=False, eos_token_id=None,
-                                 pad_token_id=0)[0, len(p):].tolist()
-            greedy.append(gen)
-        ref[name] = (np.stack(logits), greedy)
+                out = m(torch.tensor([f], device="cuda")).logits[0].float()
+            logits.append(out[pm["positions"]].cpu().numpy())
+        free = [hf_greedy(m, p, GREEDY) for p in prompts] if name == "bf16" else None
+        ref[name] = (np.stack(logits), free)
         del m
         torch.cuda.empty_cache()
-    r32, g32 = ref["fp32"]
+    r32 = ref["fp32"][0]
     r16, g16 = ref["bf16"]
-    s8_greedy = [pm["greedy_ids"] for pm in meta["prompts"]]
+    g32 = [f[len(p):] for f, p in zip(forced, prompts)]  # the reference's greedy ids
 
     def stats(x):
         d = np.abs(x - r32)
         return {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()),
                 "top1_agreement": float((x.argmax(-1) == r32.argmax(-1)).mean())}
 
+    noise = stats(r16)["max_abs_diff"]
+    # Teacher-forced greedy: row j of prompt i predicts the reference's greedy id j.
+    forced_greedy = {"serve8": [], "hf_bf16": []}
+    disagreements = []
+    for who, x in (("serve8", mine), ("hf_bf16", r16)):
+        for i, want in enumerate(g32):
+            picks = x[i, :GREEDY].argmax(-1).tolist()
+            forced_greedy[who].append(sum(int(a == b) for a, b in zip(picks, want)))
+            for j, (a, b) in enumerate(zip(picks, want)):
+                if a != b:
+                    margin = float(r32[i, j, b] - r32[i, j, a])
+                    disagreements.append({"who": who, "prompt": i, "step": j, "reference_id": b, "picked": a,
+                                          "reference_margin": margin, "within_noise": margin <= 2 * noise})
+    s8_free = [pm["greedy_ids"] for pm in free_meta["prompts"]]
     rep = {
         "model_dir": str(model_dir),
         "rows": int(r32.shape[0] * r32.shape[1]),
         "logit_std": float(r32.std()),
         "serve8_vs_hf_fp32": stats(mine),
         "hf_bf16_vs_hf_fp32": stats(r16),
-        "greedy_leading_agreement": {
-            "serve8_vs_hf_fp32": [lead(a, b) for a, b in zip(s8_greedy, g32)],
-            "serve8_vs_hf_bf16": [lead(a, b) for a, b in zip(s8_greedy, g16)],
+        "teacher_forced_greedy_equal": forced_greedy,
+        "teacher_forced_disagreements": disagreements,
+        "free_running_leading_equal": {
+            "serve8_vs_hf_fp32": [lead(a, b) for a, b in zip(s8_free, g32)],
+            "serve8_vs_hf_bf16": [lead(a, b) for a, b in zip(s8_free, g16)],
             "hf_bf16_vs_hf_fp32": [lead(a, b) for a, b in zip(g16, g32)],
-            "of": g,
         },
-        "serve8": meta["command"],
+        "of": GREEDY,
+        "serve8": forced_meta["command"],
     }
-    json.dump(rep, open(prefix + ".compare.json", "w"), indent=1)
+    json.dump(rep, open(forced_prefix + ".compare.json", "w"), indent=1)
     a, b = rep["serve8_vs_hf_fp32"], rep["hf_bf16_vs_hf_fp32"]
-    print(f"{model_dir.name}: {rep['rows']} logit rows (std {rep['logit_std']:.3f}) against HF fp32")
-    print(f"  serve8 bf16:  max |diff| {a['max_abs_diff']:.4f}, mean {a['mean_abs_diff']:.5f}, top-1 {a['top1_agreement']:.4f}")
-    print(f"  HF bf16:      max |diff| {b['max_abs_diff']:.4f}, mean {b['mean_abs_diff']:.5f}, top-1 {b['top1_agreement']:.4f}")
-    ga = rep["greedy_leading_agreement"]
-    print(f"  greedy leading ids equal (of {g}): serve8 vs HF fp32 {ga['serve8_vs_hf_fp32']}, "
-          f"vs HF bf16 {ga['serve8_vs_hf_bf16']}; HF bf16 vs fp32 {ga['hf_bf16_vs_hf_fp32']}")
+    n = len(g32) * GREEDY
+    print(f"{model_dir.name}: {rep['rows']} logit rows along HF fp32's greedy paths (logit std {rep['logit_std']:.3f})")
+    print(f"  serve8 bf16 vs HF fp32: max |diff| {a['max_abs_diff']:.4f}, mean {a['mean_abs_diff']:.5f}, "
+          f"top-1 {a['top1_agreement']:.4f}")
+    print(f"  HF bf16     vs HF fp32: max |diff| {b['max_abs_diff']:.4f}, mean {b['mean_abs_diff']:.5f}, "
+          f"top-1 {b['top1_agreement']:.4f}")
+    print(f"  teacher-forced greedy ids equal to HF fp32's: serve8 {sum(forced_greedy['serve8'])}/{n} "
+          f"{forced_greedy['serve8']}, HF bf16 {sum(forced_greedy['hf_bf16'])}/{n} {forced_greedy['hf_bf16']}")
+    for d in disagreements:
+        print(f"    {d['who']}: prompt {d['prompt']} step {d['step']}: picked {d['picked']} not {d['reference_id']}, "
+              f"HF fp32 margin {d['reference_margin']:.4f} ({'within' if d['within_noise'] else 'BEYOND'} 2x noise "
+              f"{2 * noise:.4f})")
+    fr = rep["free_running_leading_equal"]
+    print(f"  free-running leading ids equal (of {GREEDY}): serve8 vs HF fp32 {fr['serve8_vs_hf_fp32']}, "
+          f"vs HF bf16 {fr['serve8_vs_hf_bf16']}; HF bf16 vs HF fp32 {fr['hf_bf16_vs_hf_fp32']}")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(*sys.argv[2:5])
     elif sys.argv[1] == "compare":
-        compare(*sys.argv[2:4])
+        compare(*sys.argv[2:5])
     else:
         sys.exit(__doc__)
