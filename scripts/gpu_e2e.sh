@@ -108,10 +108,10 @@ bench() {
 http() {
   tar -C /tmp -xJf "$E/pydeps.tar.xz"
   export PYTHONPATH="/tmp/pydeps${PYTHONPATH:+:$PYTHONPATH}"
-  export SERVE8_BIN="$B" SERVE8_SHARED_DIR="$E/shared" SERVE8_TEST_SERVER_ARGS="--device cuda"
+  export SERVE8_BIN="$B" SERVE8_SHARED_DIR="$E/shared" SERVE8_TEST_SERVER_ARGS="--device cuda --max-total-tokens 65536"
   export SERVE8_TEST_TEXT_MODEL="--model-path $E/shared/configs/llama-2-7b.json --load-format dummy --tokenizer-path $E/shared/models/llama2-tokenizer"
   for suite in api errors policy load; do
-    timeout "${SERVE8_HTTP_TIMEOUT:-240}" python3 -m pytest -x -q -p no:cacheprovider "$root/tests/server/test_$suite.py" \
+    timeout "${SERVE8_HTTP_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$root/tests/server/test_$suite.py" \
       >"$OUT/http_$suite.txt" 2>&1
     echo "tests/server/test_$suite.py on cuda (Llama-2-7B dummy + stories260K): rc=$? $(tail -1 "$OUT/http_$suite.txt")"
   done | tee "$OUT/http_summary.txt"
@@ -121,8 +121,11 @@ case "${1:-}" in
   pack) pack ;;
   run)
     shift
-    OUT=${OUT:-/tmp/serve8-e2e-out}
-    mkdir -p "$OUT"
+    # The device tool brings back only a few files from $OUT: work elsewhere, then put one archive
+    # and the summaries there.
+    final="${OUT:-/tmp/serve8-e2e-out}"
+    OUT="${TMPDIR:-/tmp}/serve8-e2e-work"
+    rm -rf "$OUT" && mkdir -p "$OUT" "$final"
     packed="$E/e2e.tar.xz"
     E="${TMPDIR:-/tmp}/serve8-e2e"
     rm -rf "$E" && mkdir -p "$E" && tar -C "$E" -xJf "$packed"
@@ -137,6 +140,8 @@ case "${1:-}" in
       echo "== $s" | tee -a "$OUT/log.txt"
       "$s"
     done
+    tar -C "$OUT" -czf "$final/results.tgz" .
+    cp "$OUT"/*_summary.txt "$final/" 2>/dev/null || true
     ;;
   *) echo "usage: scripts/gpu_e2e.sh pack | run [golden|hf|bench|http ...]" >&2; exit 2 ;;
 esac

@@ -38,7 +38,8 @@ GENERATE_400 = [
     ({"text": "hi", "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
     ({"text": "hi", "sampling_params": {"max_new_tokens": 10**9}}, "sampling_params.max_new_tokens"),
     ({"text": "hi", "sampling_params": {"max_new_tokens": 10**30}}, "sampling_params.max_new_tokens"),
-    ({"text": "hi", "sampling_params": {"max_new_tokens": 2048}}, "sampling_params.max_new_tokens"),
+    # Sized from the served model's context length (2048 built in, 4096 for Llama-2-7B on the GPU).
+    (lambda ctx: {"text": "hi", "sampling_params": {"max_new_tokens": ctx}}, "sampling_params.max_new_tokens"),
     ({"text": "hi", "sampling_params": {"max_new_tokens": "many"}}, "sampling_params.max_new_tokens"),
     ({"text": "hi", "sampling_params": {"stop": 3}}, "sampling_params.stop"),
     ({"text": "hi", "sampling_params": {"stop": [""]}}, "sampling_params.stop"),
@@ -55,13 +56,15 @@ GENERATE_400 = [
     ({"input_ids": [1, -3]}, "input_ids"),
     ({"input_ids": [1, 32000]}, "input_ids"),
     ({"input_ids": "1 2 3"}, "input_ids"),
-    ({"input_ids": [1] * 2048}, "input_ids"),
-    ({"input_ids": [1] * 5000}, "input_ids"),
+    (lambda ctx: {"input_ids": [1] * ctx}, "input_ids"),
+    (lambda ctx: {"input_ids": [1] * (2 * ctx + 1)}, "input_ids"),
 ]
 
 
 @pytest.mark.parametrize("body,param", GENERATE_400)
 def test_generate_bad_input(text_server, body, param):
+    if callable(body):
+        body = body(text_server.get("/get_model_info").json()["context_length"])
     check_error(text_server, text_server.post("/generate", body), 400, param)
 
 
@@ -107,12 +110,14 @@ COMPLETIONS_400 = [
     ({"model": "tiny", "prompt": "x", "echo": True}, "echo"),
     ({"model": "tiny", "prompt": "x", "stop": {"a": 1}}, "stop"),
     ({"model": "tiny", "prompt": "x", "stream_options": 3}, "stream_options"),
-    ({"model": "tiny", "prompt": "hello " * 3000}, "prompt"),
+    (lambda ctx: {"model": "tiny", "prompt": "hello " * (ctx + 1000)}, "prompt"),
 ]
 
 
 @pytest.mark.parametrize("body,param", COMPLETIONS_400)
 def test_completions_bad_input(text_server, body, param):
+    if callable(body):
+        body = body(text_server.get("/get_model_info").json()["context_length"])
     check_error(text_server, text_server.post("/v1/completions", body), 400, param)
 
 
