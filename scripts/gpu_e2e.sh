@@ -110,7 +110,7 @@ http() {
   export PYTHONPATH="/tmp/pydeps${PYTHONPATH:+:$PYTHONPATH}"
   export SERVE8_BIN="$B" SERVE8_SHARED_DIR="$E/shared" SERVE8_TEST_SERVER_ARGS="--device cuda --max-total-tokens 65536"
   export SERVE8_TEST_TEXT_MODEL="--model-path $E/shared/configs/llama-2-7b.json --load-format dummy --tokenizer-path $E/shared/models/llama2-tokenizer"
-  for suite in api errors policy load; do
+  for suite in ${SERVE8_HTTP_SUITES:-api errors policy load}; do
     timeout "${SERVE8_HTTP_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$root/tests/server/test_$suite.py" \
       >"$OUT/http_$suite.txt" 2>&1
     echo "tests/server/test_$suite.py on cuda (Llama-2-7B dummy + stories260K): rc=$? $(tail -1 "$OUT/http_$suite.txt")"

@@ -72,7 +72,9 @@ def test_overload_finishes_everything(start_server, stories_dir):
     prompts = make_prompts(40, seed=3, lo=20, hi=50)
     alone = [generate_ids(server, p, 60) for p in prompts[:6]]
     together = generate_concurrently(server, prompts, 60)
-    assert together[:6] == alone
+    assert all(len(t) == 60 for t in together)
+    if server.batch_invariant():  # retraction and recompute must not change greedy ids either
+        assert together[:6] == alone
     info = server.server_info()
     assert info["num_retractions"] > 0 or info["peak_running"] < len(prompts)
     server.assert_all_slots_free()
