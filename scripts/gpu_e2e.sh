@@ -9,6 +9,7 @@
 #   scripts/gpu_e2e.sh run [STEP...]     there (device tool, carry [".carry/e2e"]); STEPs, default all:
 #     golden  stories260K greedy ids on the GPU (fp32 compute, generic head-dim-8 kernel) vs run.c's
 #     hf      logits and greedy ids vs HF transformers, 2-layer Llama-3-8B / Llama-2-7B / Llama-3.1-8B
+#     hf32    the same with serve8 in fp32 (--dtype float32): exact agreement expected
 #     bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #     http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 # Logs and results go to $OUT.
@@ -82,19 +83,25 @@ PY
 }
 
 hf() {
+  # SERVE8_HF_DTYPE=float32: serve8 in fp32 too (the generic attention kernel), for exact agreement.
+  local dt="${SERVE8_HF_DTYPE:-auto}" tag=""
+  [[ "$dt" == auto ]] || tag="_$dt"
   for cfg in llama-3-8b llama-2-7b llama-3.1-8b; do
     local d="/tmp/hf_$cfg"
-    python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" >>"$OUT/log.txt" 2>&1 || {
-      echo "$cfg: HF build failed (see log.txt)"; continue; }
-    "$B" dump-logits --device cuda --model-path "$d" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
-      --greedy-tokens 32 --max-total-tokens 4096 --output "$OUT/hf_${cfg}_free" >>"$OUT/log.txt" 2>&1 &&
-      "$B" dump-logits --device cuda --model-path "$d" --prompts-file "$d/forced.txt" --decode-tokens 32 \
-        --greedy-tokens 0 --max-total-tokens 4096 --output "$OUT/hf_${cfg}_forced" >>"$OUT/log.txt" 2>&1 || {
+    [[ -f "$d/forced.txt" ]] || python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" \
+      >>"$OUT/log.txt" 2>&1 || { echo "$cfg: HF build failed (see log.txt)"; continue; }
+    local o="$OUT/hf_${cfg}${tag}"
+    "$B" dump-logits --device cuda --dtype "$dt" --model-path "$d" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
+      --greedy-tokens 32 --max-total-tokens 4096 --output "${o}_free" >>"$OUT/log.txt" 2>&1 &&
+      "$B" dump-logits --device cuda --dtype "$dt" --model-path "$d" --prompts-file "$d/forced.txt" --decode-tokens 32 \
+        --greedy-tokens 0 --max-total-tokens 4096 --output "${o}_forced" >>"$OUT/log.txt" 2>&1 || {
       echo "$cfg: serve8 dump-logits failed (see log.txt)"; continue; }
-    python3 "$root/scripts/hf_compare.py" compare "$d" "$OUT/hf_${cfg}_free" "$OUT/hf_${cfg}_forced" 2>>"$OUT/log.txt"
-    rm -f "$OUT"/hf_"$cfg"_*.npy
-  done | tee "$OUT/hf_summary.txt"
+    python3 "$root/scripts/hf_compare.py" compare "$d" "${o}_free" "${o}_forced" 2>>"$OUT/log.txt"
+    rm -f "$OUT"/hf_"$cfg"*.npy
+  done | tee "$OUT/hf${tag}_summary.txt"
 }
+
+hf32() { SERVE8_HF_DTYPE=float32 hf; }
 
 bench() {
   local cfg="$E/shared/configs/llama-2-7b.json"

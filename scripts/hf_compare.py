@@ -126,8 +126,9 @@ def compare(model_dir, free_prefix, forced_prefix):
     json.dump(rep, open(forced_prefix + ".compare.json", "w"), indent=1)
     a, b = rep["serve8_vs_hf_fp32"], rep["hf_bf16_vs_hf_fp32"]
     n = len(g32) * GREEDY
+    print(f"{model_dir.name} ({forced_meta['command'].split(' --output')[0].split('dump-logits ')[-1]})")
     print(f"{model_dir.name}: {rep['rows']} logit rows along HF fp32's greedy paths (logit std {rep['logit_std']:.3f})")
-    print(f"  serve8 bf16 vs HF fp32: max |diff| {a['max_abs_diff']:.4f}, mean {a['mean_abs_diff']:.5f}, "
+    print(f"  serve8      vs HF fp32: max |diff| {a['max_abs_diff']:.4f}, mean {a['mean_abs_diff']:.5f}, "
           f"top-1 {a['top1_agreement']:.4f}")
     print(f"  HF bf16     vs HF fp32: max |diff| {b['max_abs_diff']:.4f}, mean {b['mean_abs_diff']:.5f}, "
           f"top-1 {b['top1_agreement']:.4f}")

@@ -67,6 +67,11 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   lo.seed = args.seed;
   std::unique_ptr<LlamaModel> model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
   const ModelConfig& mc = model->config();
+  if (backend->name() == "cuda" && backend->compute_dtype() == DType::kF32 && mc.head_dim > 32) {
+    spdlog::warn("--dtype float32 on CUDA: attention runs on the generic CUDA-core kernel, a reference path that is "
+                 "slow for head_dim {} (the tensor-core kernels are bf16)",
+                 mc.head_dim);
+  }
   sc.context_length = args.context_length > 0 ? args.context_length : mc.max_position_embeddings;
 
   KvCacheConfig kc;

@@ -261,7 +261,7 @@ TEST_P(CudaFp32AttentionTest, RaggedBatchesMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GenericHeadDims, CudaFp32AttentionTest,
-                         ::testing::Combine(::testing::Values(8, 16, 32), ::testing::Values(1, 2, 5),
+                         ::testing::Combine(::testing::Values(8, 16, 32, 64, 128), ::testing::Values(1, 2, 5),
                                             ::testing::Values(DType::kF32, DType::kBF16, DType::kF16, DType::kFP8E5M2,
                                                               DType::kFP8E4M3)),
                          [](const ::testing::TestParamInfo<Param>& info) {
@@ -281,27 +281,25 @@ void expect_error(F&& f, const std::string& part) {
   }
 }
 
-// fp32 compute runs the generic kernel only: head dims 64/128 are refused when the pool is made
-// and at the attention entry point, never run slowly; bf16 activations never meet an fp32 pool.
+// fp32 compute runs the generic kernel only: other head dims (96 here) are refused when the pool is
+// made and at the attention entry point; bf16 activations never meet an fp32 pool.
 TEST_F(CudaFp32Test, UnsupportedCombinationsAreErrors) {
   const auto ones = KvScales::ones(1, 2);
-  for (int d : {64, 128}) {
-    expect_error([&] { gpu_->create_kv_cache({1, 2, d, DType::kF32, 8}, ones); }, "head dims 8, 16 and 32");
-    expect_error([&] { gpu_->create_kv_cache({1, 2, d, DType::kBF16, 8}, ones); }, "head dims 8, 16 and 32");
-  }
-  // A head_dim 128 pool made by a bf16 backend, handed to fp32 attention (either backend's entry).
+  expect_error([&] { gpu_->create_kv_cache({1, 2, 96, DType::kF32, 8}, ones); }, "head dims 8, 16, 32, 64 and 128");
+  expect_error([&] { gpu_->create_kv_cache({1, 2, 96, DType::kBF16, 8}, ones); }, "head dims 8, 16, 32, 64 and 128");
+  // A head_dim 96 pool made by a bf16 backend, handed to fp32 attention (either backend's entry).
   Rng rng(9);
   const Scenario s = make_scenario(rng, {{2, 4}});
   auto bf16 = create_backend("cuda", DType::kBF16);
-  auto cache = bf16->create_kv_cache({1, 2, 128, DType::kBF16, s.num_slots}, ones);
-  Buffer q(*gpu_, static_cast<size_t>(2 * 4 * 128 * 4));
+  auto cache = bf16->create_kv_cache({1, 2, 96, DType::kBF16, s.num_slots}, ones);
+  Buffer q(*gpu_, static_cast<size_t>(2 * 4 * 96 * 4));
   for (Backend* be : {gpu_.get(), bf16.get()}) {
     const DeviceBatch b = be->upload_batch(s.step);
     expect_error(
         [&] {
-          be->attention(q.view(DType::kF32, {2, 4, 128}), cache->layer(0), b, 0.1f, q.view(DType::kF32, {2, 4, 128}));
+          be->attention(q.view(DType::kF32, {2, 4, 96}), cache->layer(0), b, 0.1f, q.view(DType::kF32, {2, 4, 96}));
         },
-        "head dims 8, 16 and 32");
+        "head dims 8, 16, 32, 64 and 128");
   }
   // bf16 compute refuses an fp32 pool; bf16 K/V or q refuse an fp32 pool made by fp32 compute.
   expect_error([&] { bf16->create_kv_cache({1, 2, 8, DType::kF32, s.num_slots}, ones); }, "--dtype float32");

@@ -55,6 +55,10 @@ bool attention_generic_path(int head_dim, int group) {
   return (head_dim == 8 || head_dim == 16 || head_dim == 32) && group >= 1;
 }
 
+bool attention_fp32_path(int head_dim, int group) {
+  return (attention_generic_path(head_dim, group) || head_dim == 64 || head_dim == 128) && group >= 1;
+}
+
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream) {
   const bool tc = kernel == DecodeKernel::kTensorCores;
   switch (kv_dtype) {

@@ -64,6 +64,9 @@ constexpr int kDecodeMinChunk = 128;
 // by the backend before launching.
 bool attention_fast_path(int head_dim, int group);     // decode + prefill kernels
 bool attention_generic_path(int head_dim, int group);  // the generic kernel (also fp32 q/out, fp32 KV)
+// fp32 q/out (--dtype float32) runs the generic kernel for head dims 8 to 128: at 64 and 128 its
+// per-lane registers spill, so it is a reference path (HF fp32 checks), not a fast one.
+bool attention_fp32_path(int head_dim, int group);
 
 // Tensor cores by default: on an H200 they matched or beat the CUDA-core kernel for every KV
 // dtype and batch shape of the backend's benchmark (bf16 by up to 1.4x; FP8 within 4% at B <= 64

@@ -1,8 +1,11 @@
 // The generic attention kernel: CUDA cores, head dims 8, 16 and 32 (stories260K's 8), any GQA
 // group, prefill and decode rows alike. It is also the only kernel that takes fp32 q/out (fp32
-// compute, --dtype float32) and an fp32 pool, so that small models can be checked on the GPU
-// against fp32 references; the tensor-core kernels stay bf16.
+// compute, --dtype float32) and an fp32 pool, so that models can be checked on the GPU against
+// fp32 references; for that it also runs head dims 64 and 128 (slowly: the head lives in each
+// lane's registers). The tensor-core kernels stay bf16.
 #pragma once
+
+#include <type_traits>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -80,8 +83,18 @@ void launch_generic_kernel(const AttentionParams& p, cudaStream_t stream) {
     case 16:
       attention_generic_kernel<kKv, 16, TQ><<<blocks, 128, 0, stream>>>(p);
       break;
-    default:
+    case 32:
       attention_generic_kernel<kKv, 32, TQ><<<blocks, 128, 0, stream>>>(p);
+      break;
+    default:
+      // 64 and 128 for fp32 q/out only (attention_fp32_path): the reference path of --dtype float32.
+      if constexpr (std::is_same_v<TQ, float>) {
+        if (p.head_dim == 64) {
+          attention_generic_kernel<kKv, 64, TQ><<<blocks, 128, 0, stream>>>(p);
+        } else {
+          attention_generic_kernel<kKv, 128, TQ><<<blocks, 128, 0, stream>>>(p);
+        }
+      }
       break;
   }
   SERVE8_CUDA_CHECK_LAUNCH("attention_generic_kernel");

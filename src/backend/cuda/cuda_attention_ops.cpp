@@ -259,12 +259,12 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   const int group = static_cast<int>(hq / g.heads);
   const bool f32 = q.dtype == DType::kF32;
   // fp32 runs the generic kernel only: an unsupported head dim is an error, never a slow path.
-  SERVE8_CHECK(!f32 || attention_generic_path(static_cast<int>(g.head_dim), group),
-               "{}: fp32 q/out (--dtype float32) is supported for head dims 8, 16 and 32 only (the generic CUDA-core "
-               "kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
+  SERVE8_CHECK(!f32 || attention_fp32_path(static_cast<int>(g.head_dim), group),
+               "{}: fp32 q/out (--dtype float32) is supported for head dims 8, 16, 32, 64 and 128 only (the generic "
+               "CUDA-core kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
                op, g.head_dim);
   const bool fast = !f32 && attention_fast_path(static_cast<int>(g.head_dim), group);
-  const bool generic = attention_generic_path(static_cast<int>(g.head_dim), group);
+  const bool generic = f32 || attention_generic_path(static_cast<int>(g.head_dim), group);
   SERVE8_CHECK(fast || generic,
                "{}: head_dim {} with GQA group {} ({} q heads over {} kv heads) and KV dtype {} is not supported on "
                "CUDA (head_dim 64 or 128 with groups 1..8; head_dim 8, 16 or 32 with any group)",

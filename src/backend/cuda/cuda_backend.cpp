@@ -34,9 +34,9 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
           "with --dtype float32)",
           dtype_name(c.dtype));
   }
-  SERVE8_CHECK(compute != DType::kF32 || attention_generic_path(c.head_dim, 1),
-               "kv cache: fp32 compute (--dtype float32) on CUDA supports head dims 8, 16 and 32 only (the generic "
-               "attention kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
+  SERVE8_CHECK(compute != DType::kF32 || attention_fp32_path(c.head_dim, 1),
+               "kv cache: fp32 compute (--dtype float32) on CUDA supports head dims 8, 16, 32, 64 and 128 only (the "
+               "generic attention kernel; the tensor-core kernels are bf16), but head_dim is {}: use --dtype bfloat16",
                c.head_dim);
 }
 
