@@ -10,6 +10,7 @@
 #     golden  stories260K greedy ids on the GPU (fp32 compute, generic head-dim-8 kernel) vs run.c's
 #     hf      logits and greedy ids vs HF transformers, 2-layer Llama-3-8B / Llama-2-7B / Llama-3.1-8B
 #     hf32    the same with serve8 in fp32 (--dtype float32): exact agreement expected
+#     kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 KV against bf16 KV: mean KLD and top-1
 #     bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #     http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 # Logs and results go to $OUT.
@@ -102,6 +103,21 @@ hf() {
 }
 
 hf32() { SERVE8_HF_DTYPE=float32 hf; }
+
+kvfp8() {
+  # The 2-layer Llama-3-8B of `hf` with FP8 KV against its bf16-KV run (issue #4): mean KLD, top-1.
+  local cfg=llama-3-8b d="/tmp/hf_llama-3-8b"
+  [[ -f "$d/forced.txt" ]] || python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" \
+    >>"$OUT/log.txt" 2>&1
+  for kv in bf16 fp8_e5m2 fp8_e4m3; do
+    "$B" dump-logits --device cuda --kv-cache-dtype "$kv" --model-path "$d" --prompts-file "$d/forced.txt" \
+      --decode-tokens 32 --greedy-tokens 0 --max-total-tokens 4096 --output "$OUT/kv_$kv" >>"$OUT/log.txt" 2>&1
+  done
+  for kv in fp8_e5m2 fp8_e4m3; do
+    python3 "$root/scripts/kv_compare.py" "$OUT/kv_bf16.npy" "$OUT/kv_$kv.npy" "$cfg (2 layers) KV $kv vs bf16 KV"
+  done | tee "$OUT/kvfp8_summary.txt"
+  rm -f "$OUT"/kv_*.npy
+}
 
 bench() {
   local cfg="$E/shared/configs/llama-2-7b.json"

@@ -24,7 +24,7 @@ tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test)
 shared="${SERVE8_SHARED_DIR:-$root/../shared}"
 # What the GPU tests read from shared/ (a few MB): the run sets SERVE8_SHARED_DIR to its copy.
 shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json)
-tools=(backend_cuda_bench)
+tools=(backend_cuda_bench bench_attention)
 
 pack() {
   local args=(-S "$root" -B "$build" -G Ninja -DSERVE8_CUDA=ON)
@@ -38,7 +38,7 @@ pack() {
   mkdir -p "$stage/bin" "$stage/lib"
   for t in "${tests[@]}" "${tools[@]}"; do
     local bin
-    bin="$(find "$build/tests" -type f -name "$t" -perm -u+x | head -1)"
+    bin="$(find "$build/tests" "$build/bench" -type f -name "$t" -perm -u+x 2>/dev/null | head -1)"
     [[ -n "$bin" ]] || { echo "gpu_test.sh: $t was not built" >&2; exit 1; }
     cp "$bin" "$stage/bin/"
     # Everything the binary links but glibc, the C++ runtime and CUDA's own libraries.
@@ -107,7 +107,9 @@ run() {
   if [[ "${SERVE8_GPU_BENCH:-1}" == 1 ]]; then
     while read -r t; do
       [[ -n "$t" ]] || continue
-      timeout "${SERVE8_GPU_BENCH_TIMEOUT:-120}" "$stage/bin/$t" 2>&1 | tee "$logs/$t.txt" || rc=1
+      local args=()
+      [[ "$t" == bench_attention ]] && args=(--out "$logs/attention_bench.json" ${SERVE8_ATTENTION_BENCH_ARGS:-})
+      timeout "${SERVE8_GPU_BENCH_TIMEOUT:-120}" "$stage/bin/$t" "${args[@]}" 2>&1 | tee "$logs/$t.txt" || rc=1
     done <"$stage/tools.txt"
   fi
   return $rc

@@ -1,0 +1,338 @@
+// bench/attention: the attention kernels over a grid of shapes, against the machine's own copy
+// bandwidth measured in the same run (decode is memory bound) and in TFLOP/s (prefill is compute
+// bound). Every case is timed cold (the L2 is overwritten before each run) and checked: a sample of
+// its rows is recomputed by the CPU reference backend from the same KV bytes.
+//
+//   bench_attention [--out results.json] [--reps N] [--quick]
+//
+// Grid (issue #4): Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
+// batch 1/16/64/256 over contexts 512..32768; prefill (q = kv) and extend (512 new tokens over a
+// cached prefix); KV bf16, fp8_e5m2, fp8_e4m3 (E4M3 with non-unit per-head scales). Cases whose
+// bf16 KV would pass 48 GiB are skipped and listed as such.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace serve8 {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Heads {
+  const char* name;
+  int hq, hkv, d;
+};
+
+struct Shape {
+  const char* kind;  // decode | prefill | extend
+  int batch, q_len, ctx;
+};
+
+constexpr double kMaxKvBytes = 48.0 * (1ull << 30);
+
+// Median milliseconds of fn over reps runs, each after the L2 was overwritten, timed with events
+// around fn alone.
+template <typename F>
+double time_cold_ms(cudaStream_t s, int reps, void* flush, size_t flush_bytes, F&& fn) {
+  fn();  // warm-up: lazy plans and workspaces
+  cudaEvent_t a, b;
+  SERVE8_CUDA_CHECK(cudaEventCreate(&a));
+  SERVE8_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    SERVE8_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+    SERVE8_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    SERVE8_CUDA_CHECK(cudaEventRecord(b, s));
+    SERVE8_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SERVE8_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Fills device memory with valid codes of dtype t (normal values, no NaN): one random 4 MiB block
+// from the host, then doubled on the device.
+void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, std::mt19937_64& gen) {
+  const size_t block = std::min<size_t>(bytes, 4u << 20);
+  std::vector<uint8_t> h(block);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t es = dtype_size(t);
+  for (size_t i = 0; i + es <= block; i += es) {
+    const float x = nd(gen);
+    if (t == DType::kBF16) {
+      const uint16_t v = f32_to_bf16(x);
+      std::memcpy(&h[i], &v, 2);
+    } else if (t == DType::kFP8E5M2) {
+      h[i] = f32_to_e5m2(x);
+    } else {
+      h[i] = f32_to_e4m3(x);
+    }
+  }
+  be.copy_to_device(dst, h.data(), block);
+  for (size_t done = block; done < bytes;) {
+    const size_t n = std::min(done, bytes - done);
+    SERVE8_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice, s));
+    done += n;
+  }
+}
+
+// The batch: `batch` sequences of ctx tokens, the last q_len of them new; slots shuffled over the
+// pool (page size 1, as the engine allocates them).
+ForwardBatch make_batch(const Shape& sh, std::mt19937_64& gen) {
+  const int64_t tokens = int64_t{sh.batch} * sh.ctx;
+  std::vector<int32_t> perm(static_cast<size_t>(tokens));
+  std::iota(perm.begin(), perm.end(), 1);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  ForwardBatch fb;
+  fb.qo_indptr = fb.kv_indptr = {0};
+  for (int b = 0; b < sh.batch; ++b) {
+    const auto first = perm.begin() + int64_t{b} * sh.ctx;
+    for (int i = sh.ctx - sh.q_len; i < sh.ctx; ++i) {
+      fb.tokens.push_back(1);
+      fb.positions.push_back(i);
+      fb.out_slots.push_back(first[i]);
+    }
+    fb.kv_indices.insert(fb.kv_indices.end(), first, first + sh.ctx);
+    fb.qo_indptr.push_back(fb.qo_indptr.back() + sh.q_len);
+    fb.kv_indptr.push_back(fb.kv_indptr.back() + sh.ctx);
+  }
+  return fb;
+}
+
+struct CheckResult {
+  double max_abs_err = 0.0, max_ref = 0.0;
+  int rows = 0;
+};
+
+// Recomputes the last `rows` query rows of sequence b on the CPU backend from the same KV bytes
+// (gathered on the device, one copy), and compares with the GPU's output.
+CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const ForwardBatch& fb, int b,
+                           const KvLayer& layer, const KvScales& scales, DType kv, const std::vector<uint16_t>& q_host,
+                           const Tensor& out, int rows) {
+  const int kv0 = fb.kv_indptr[static_cast<size_t>(b)], kv_len = fb.kv_indptr[static_cast<size_t>(b) + 1] - kv0;
+  const int q0 = fb.qo_indptr[static_cast<size_t>(b)], q_len = fb.qo_indptr[static_cast<size_t>(b) + 1] - q0;
+  rows = std::min(rows, q_len);
+  const size_t row_bytes = static_cast<size_t>(h.hkv) * h.d * dtype_size(kv);
+  // Gather the sequence's K and V rows into contiguous device buffers.
+  Buffer idx(gpu, static_cast<size_t>(kv_len) * 4), kbuf(gpu, kv_len * row_bytes), vbuf(gpu, kv_len * row_bytes);
+  gpu.copy_to_device(idx.data(), fb.kv_indices.data() + kv0, static_cast<size_t>(kv_len) * 4);
+  const Tensor tidx = idx.view(DType::kI32, {kv_len});
+  const int64_t width = static_cast<int64_t>(row_bytes / dtype_size(kv));
+  gpu.gather_rows(layer.k.reshape({layer.k.dim(0), width}), tidx, kbuf.view(kv, {kv_len, width}));
+  gpu.gather_rows(layer.v.reshape({layer.v.dim(0), width}), tidx, vbuf.view(kv, {kv_len, width}));
+  auto cache = cpu.create_kv_cache({1, h.hkv, h.d, kv, kv_len + 1}, scales);
+  const KvLayer cl = cache->layer(0);
+  gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
+  gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
+  ForwardBatch cb;
+  cb.qo_indptr = {0, rows};
+  cb.kv_indptr = {0, kv_len - (q_len - rows)};  // the last `rows` queries see this much
+  for (int i = 0; i < cb.kv_indptr[1]; ++i) cb.kv_indices.push_back(i + 1);
+  for (int i = 0; i < rows; ++i) {
+    cb.tokens.push_back(1);
+    cb.positions.push_back(cb.kv_indptr[1] - rows + i);
+    cb.out_slots.push_back(cb.kv_indptr[1] - rows + i + 1);
+  }
+  const int64_t row_elems = int64_t{h.hq} * h.d;
+  const int64_t first_row = q0 + q_len - rows;
+  std::vector<float> q(static_cast<size_t>(rows * row_elems)), ref(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = bf16_to_f32(q_host[static_cast<size_t>(first_row * row_elems) + i]);
+  const DeviceBatch cdb = cpu.upload_batch(cb);
+  cpu.attention(Tensor(q.data(), DType::kF32, {rows, h.hq, h.d}), cl, cdb, 1.0f / std::sqrt(float(h.d)),
+                Tensor(ref.data(), DType::kF32, {rows, h.hq, h.d}));
+  std::vector<uint16_t> got(q.size());
+  gpu.copy_to_host(got.data(), static_cast<const uint16_t*>(out.data) + first_row * row_elems, got.size() * 2);
+  CheckResult r;
+  r.rows = rows;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    r.max_abs_err = std::max(r.max_abs_err, static_cast<double>(std::fabs(bf16_to_f32(got[i]) - ref[i])));
+    r.max_ref = std::max(r.max_ref, static_cast<double>(std::fabs(ref[i])));
+  }
+  return r;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  std::string out_path = "attention_bench.json";
+  int reps = 10;
+  bool quick = false;
+  std::string command = "bench_attention";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    command += " " + a;
+    if (a == "--out" && i + 1 < argc) {
+      out_path = argv[++i];
+      command += std::string(" ") + argv[i];
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+      command += std::string(" ") + argv[i];
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      fail("bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick)", a);
+    }
+  }
+  auto owner = create_backend("cuda");
+  auto& be = dynamic_cast<CudaBackend&>(*owner);
+  auto cpu = create_backend("cpu");
+  const cudaStream_t s = be.stream();
+  std::mt19937_64 gen(1);
+
+  // The ceiling: device-to-device copy, bytes read + written.
+  const size_t copy_bytes = size_t{4} << 30;
+  double copy_gbs = 0;
+  {
+    Buffer src(be, copy_bytes), dst(be, copy_bytes);
+    const double ms = time_cold_ms(s, 10, dst.data(), 1, [&] {
+      SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    copy_gbs = 2.0 * static_cast<double>(copy_bytes) / ms / 1e6;
+  }
+  int l2 = 0;
+  SERVE8_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(l2), 64u << 20);
+  Buffer flush(be, flush_bytes);
+  std::printf("device: %s\ncopy bandwidth: %.0f GB/s (read + write); L2 flushed with %zu MiB before each run\n",
+              be.device_description().c_str(), copy_gbs, flush_bytes >> 20);
+
+  const Heads heads[] = {{"llama-3-8b (32/8, d128)", 32, 8, 128}, {"llama-2-13b (40/40, d128)", 40, 40, 128}};
+  std::vector<Shape> shapes;
+  const std::vector<int> batches = quick ? std::vector<int>{1, 64} : std::vector<int>{1, 16, 64, 256};
+  const std::vector<int> ctxs = quick ? std::vector<int>{512, 4096} : std::vector<int>{512, 2048, 4096, 8192, 32768};
+  for (int b : batches)
+    for (int c : ctxs) shapes.push_back({"decode", b, 1, c});
+  for (int c : quick ? std::vector<int>{2048} : std::vector<int>{512, 2048, 8192})
+    shapes.push_back({"prefill", 1, c, c});
+  for (int c : quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192}) shapes.push_back({"extend", 4, 512, c});
+
+  Json rows = Json::array();
+  std::printf("\n%-26s %-8s %-22s %-9s %9s %9s %7s %9s %10s\n", "heads", "kind", "shape", "kv", "ms", "GB/s", "%copy",
+              "TFLOP/s", "check err");
+  for (const Heads& h : heads) {
+    for (const Shape& sh : shapes) {
+      const int64_t tokens = int64_t{sh.batch} * sh.ctx;
+      const double kv_bf16 = static_cast<double>(tokens) * h.hkv * h.d * 2 * 2;
+      char shape[64];
+      std::snprintf(shape, sizeof shape, "B=%d q=%d kv=%d", sh.batch, sh.q_len, sh.ctx);
+      if (kv_bf16 > kMaxKvBytes) {
+        rows.push_back({{"heads", h.name},
+                        {"kind", sh.kind},
+                        {"batch", sh.batch},
+                        {"q_len", sh.q_len},
+                        {"ctx", sh.ctx},
+                        {"skipped", "bf16 KV over 48 GiB"}});
+        continue;
+      }
+      const ForwardBatch fb = make_batch(sh, gen);
+      const int64_t t = fb.num_tokens();
+      Buffer q(be, static_cast<size_t>(t) * h.hq * h.d * 2), out(be, q.bytes());
+      fill_random(be, s, q.data(), q.bytes(), DType::kBF16, gen);
+      std::vector<uint16_t> q_host(static_cast<size_t>(t) * h.hq * h.d);
+      be.copy_to_host(q_host.data(), q.data(), q.bytes());
+      for (DType dt : {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3}) {
+        KvScales scales = KvScales::ones(1, h.hkv);
+        if (dt == DType::kFP8E4M3) {  // per-head scales, so the folding into softmax and output is exercised
+          for (int i = 0; i < h.hkv; ++i) {
+            scales.k[static_cast<size_t>(i)] = 0.5f + 0.05f * static_cast<float>(i % 16);
+            scales.v[static_cast<size_t>(i)] = 1.5f - 0.05f * static_cast<float>(i % 16);
+          }
+        }
+        auto cache = be.create_kv_cache({1, h.hkv, h.d, dt, tokens + 1}, scales);
+        const KvLayer l = cache->layer(0);
+        fill_random(be, s, l.k.data, l.k.nbytes(), dt, gen);
+        fill_random(be, s, l.v.data, l.v.nbytes(), dt, gen);
+        const DeviceBatch db = be.upload_batch(fb);
+        const Tensor tq = q.view(DType::kBF16, {t, h.hq, h.d}), to = out.view(DType::kBF16, {t, h.hq, h.d});
+        const float scale = 1.0f / std::sqrt(static_cast<float>(h.d));
+        const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] { be.attention(tq, l, db, scale, to); });
+        const double bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt) + 2.0 * t * h.hq * h.d * 2;
+        double flops = 0;
+        for (int b = 0; b < sh.batch; ++b)
+          for (int i = 0; i < sh.q_len; ++i) flops += 4.0 * h.hq * h.d * (sh.ctx - sh.q_len + i + 1);
+        // Check the first and the last sequence (their last 16 query rows) on the CPU.
+        CheckResult worst;
+        for (int b : {0, sh.batch - 1}) {
+          const CheckResult c = check_sequence(be, *cpu, h, fb, b, l, scales, dt, q_host, to, 16);
+          if (c.max_abs_err >= worst.max_abs_err) worst = c;
+        }
+        const bool ok = worst.max_abs_err <= 1e-2 * std::max(1.0, worst.max_ref);
+        std::printf("%-26s %-8s %-22s %-9s %9.3f %9.0f %7.1f %9.1f %10.2e%s\n", h.name, sh.kind, shape,
+                    std::string(dtype_name(dt)).c_str(), ms, bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs,
+                    flops / ms / 1e9, worst.max_abs_err, ok ? "" : "  CHECK FAILED");
+        std::fflush(stdout);
+        rows.push_back({{"heads", h.name},
+                        {"hq", h.hq},
+                        {"hkv", h.hkv},
+                        {"head_dim", h.d},
+                        {"kind", sh.kind},
+                        {"batch", sh.batch},
+                        {"q_len", sh.q_len},
+                        {"ctx", sh.ctx},
+                        {"kv_dtype", dtype_name(dt)},
+                        {"ms", ms},
+                        {"bytes", bytes},
+                        {"gb_per_s", bytes / ms / 1e6},
+                        {"fraction_of_copy", bytes / ms / 1e6 / copy_gbs},
+                        {"tflops", flops / ms / 1e9},
+                        {"check_max_abs_err", worst.max_abs_err},
+                        {"check_max_ref", worst.max_ref},
+                        {"check_ok", ok}});
+      }
+    }
+  }
+  const char* git = std::getenv("SERVE8_GIT_HASH");
+  Json doc = {{"command", command},
+              {"git_hash", git ? git : "unknown"},
+              {"device", be.device_description()},
+              {"date", utc_now()},
+              {"copy_gb_per_s", copy_gbs},
+              {"l2_flush_bytes", flush_bytes},
+              {"reps", reps},
+              {"rows", rows}};
+  std::ofstream(out_path) << doc.dump(1) << "\n";
+  std::printf("\nwrote %s\n", out_path.c_str());
+  bool all_ok = true;
+  for (const Json& r : rows)
+    if (r.contains("check_ok") && !r["check_ok"].get<bool>()) all_ok = false;
+  return all_ok ? 0 : 3;
+}
+
+}  // namespace
+}  // namespace serve8
+
+int main(int argc, char** argv) {
+  try {
+    return serve8::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention: %s\n", e.what());
+    return 1;
+  }
+}
