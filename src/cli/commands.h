@@ -15,6 +15,11 @@ void register_convert(CLI::App& root, SetAction set_action);
 void register_serve(CLI::App& root, SetAction set_action);
 void register_bench_one_batch(CLI::App& root, SetAction set_action);
 void register_dump_logits(CLI::App& root, SetAction set_action);
+void register_bench_offline(CLI::App& root, SetAction set_action);
+
+struct BenchDatasetOptions;
+// The dataset flags of bench-offline (and bench-serving): SGLang's names.
+void add_dataset_options(CLI::App& app, BenchDatasetOptions& options);
 
 // The command line serve8 was started with, for the records benchmarks write.
 const std::string& invoked_command_line();

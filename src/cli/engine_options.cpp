@@ -1,6 +1,31 @@
 #include "cli/engine_options.h"
 
+#include <filesystem>
+
+#include "model/builtin_models.h"
+
 namespace serve8 {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The Llama-2 tokenizer for the built-in model: ../shared beside the working directory (a
+// checkout's usual layout), else beside the source tree this binary was built from.
+std::string find_builtin_tokenizer() {
+  const fs::path rel = fs::path("shared") / "models" / "llama2-tokenizer";
+  const fs::path candidates[] = {fs::path("..") / rel, fs::path(__FILE__).parent_path() / ".." / ".." / ".." / rel};
+  for (const fs::path& c : candidates)
+    if (fs::exists(c / "tokenizer.model")) return fs::weakly_canonical(c).string();
+  return "";
+}
+
+}  // namespace
+
+void default_to_builtin_model(EngineArgs& a) {
+  a.model_path = kBuiltinTinyLlamaPath;
+  if (a.tokenizer_path.empty()) a.tokenizer_path = find_builtin_tokenizer();
+}
 
 void add_engine_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--model-path,--model", a.model_path, "HF model directory (config.json, *.safetensors)");

@@ -28,16 +28,6 @@ struct ServeArgs {
   ServerOptions server;
 };
 
-// The Llama-2 tokenizer for the built-in model: ../shared beside the working directory (a
-// checkout's usual layout), else beside the source tree this binary was built from.
-std::string find_builtin_tokenizer() {
-  const fs::path rel = fs::path("shared") / "models" / "llama2-tokenizer";
-  const fs::path candidates[] = {fs::path("..") / rel, fs::path(__FILE__).parent_path() / ".." / ".." / ".." / rel};
-  for (const fs::path& c : candidates)
-    if (fs::exists(c / "tokenizer.model")) return fs::weakly_canonical(c).string();
-  return "";
-}
-
 std::string last_path_component(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   const std::string name = fs::path(path).filename().string();
@@ -46,8 +36,7 @@ std::string last_path_component(std::string path) {
 
 int run_serve(ServeArgs a) {
   if (a.engine.model_path.empty()) {
-    a.engine.model_path = kBuiltinTinyLlamaPath;
-    if (a.engine.tokenizer_path.empty()) a.engine.tokenizer_path = find_builtin_tokenizer();
+    default_to_builtin_model(a.engine);
     spdlog::warn(
         "no --model-path: serving the BUILT-IN tiny Llama ({}): 2 layers, hidden 128, vocab 32000, DUMMY "
         "(random) weights, so its output is noise; tokenizer: {}. Pass --model-path DIR to serve a real model.",

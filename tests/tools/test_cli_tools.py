@@ -71,3 +71,50 @@ def test_bench_one_batch_writes_results(stories, tmp_path):
         assert x["median_decode_throughput"] == pytest.approx(x["batch_size"] / x["median_decode_latency_s"])
         assert "bench-one-batch" in x["command"] and x["device"] and x["date"]
     assert "median latency" in r.stdout
+
+
+def run_offline(args, tmp_path):
+    res = tmp_path / "offline.jsonl"
+    r = subprocess.run([BIN, "bench-offline", "--device", "cpu", "--result-filename", str(res)] + args,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Offline Throughput Benchmark Result" in r.stdout
+    return json.loads(res.read_text().splitlines()[-1])
+
+
+def test_bench_offline_sharegpt_counts_real_tokens(tmp_path):
+    """The built-in model with the Llama-2 tokenizer: input tokens are the SentencePiece counts
+    (+ BOS) of the first 12 ShareGPT prompts, output tokens exactly 12 x 8."""
+    import sentencepiece as spm
+
+    path = SHARED / "data/sharegpt/ShareGPT_V3_filtered_500.json"
+    convs = json.load(open(path))
+    prompts = [next(t["value"] for t in c["conversations"] if t["from"] == "human") for c in convs[:12]]
+    sp = spm.SentencePieceProcessor(model_file=str(SHARED / "models/llama2-tokenizer/tokenizer.model"))
+    want_input = sum(len(sp.encode(p)) + 1 for p in prompts)
+    x = run_offline(["--tokenizer-path", str(SHARED / "models/llama2-tokenizer"), "--dataset-name", "sharegpt",
+                     "--dataset-path", str(path), "--num-prompts", "12",
+                     "--sharegpt-output-len", "8"], tmp_path)
+    assert x["successful_requests"] == 12
+    assert x["total_input_tokens"] == want_input
+    assert x["total_output_tokens"] == 96
+    assert 1 <= x["peak_running_requests"] <= 12
+    assert x["request_throughput"] == pytest.approx(12 / x["duration"])
+    assert 0 < x["mean_ttft_ms"] <= x["mean_e2e_latency_ms"]
+
+
+def test_bench_offline_random_ids_lengths(stories, tmp_path):
+    x = run_offline(["--model-path", str(stories), "--dataset-name", "random-ids", "--num-prompts", "30",
+                     "--random-input-len", "64", "--random-output-len", "32", "--random-range-ratio", "0.5"],
+                    tmp_path)
+    assert x["successful_requests"] == 30
+    assert 30 * 32 <= x["total_input_tokens"] <= 30 * 64
+    assert 30 * 16 <= x["total_output_tokens"] <= 30 * 32
+    assert x["total_throughput"] == pytest.approx((x["total_input_tokens"] + x["total_output_tokens"]) / x["duration"])
+
+
+def test_bench_offline_bad_dataset_is_an_error(stories):
+    r = subprocess.run([BIN, "bench-offline", "--device", "cpu", "--model-path", str(stories), "--dataset-name",
+                        "sharegpt"], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "--tokenizer-path" in r.stderr + r.stdout or "--dataset-path" in r.stderr + r.stdout
