@@ -5,6 +5,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "model/builtin_models.h"
+#include "model/kv_scales.h"
 
 namespace serve8 {
 
@@ -49,6 +51,35 @@ int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_
   return std::max<int64_t>(n, 64);
 }
 
+// fp8_e4m3 scales: --quantization-param-path, else the checkpoint's, else 1.0 with a warning that
+// names what was looked for. Other KV dtypes store values as they are.
+KvScales resolve_kv_scales(const EngineArgs& args, const ModelConfig& mc, DType kv) {
+  const KvScales ones = KvScales::ones(mc.num_layers, mc.num_kv_heads);
+  if (kv != DType::kFP8E4M3) {
+    if (!args.quantization_param_path.empty())
+      spdlog::warn("--quantization-param-path {} is ignored: --kv-cache-dtype {} takes no scales",
+                   args.quantization_param_path, dtype_name(kv));
+    return ones;
+  }
+  if (!args.quantization_param_path.empty()) {
+    KvScales s = read_kv_scales_json(args.quantization_param_path, mc.num_layers, mc.num_kv_heads);
+    spdlog::info("fp8_e4m3 KV scales from {}", args.quantization_param_path);
+    return s;
+  }
+  if (!is_builtin_model_path(args.model_path) && args.load_format != "dummy") {
+    if (std::optional<KvScales> s = read_checkpoint_kv_scales(args.model_path, mc.num_layers, mc.num_kv_heads)) {
+      spdlog::info("fp8_e4m3 KV scales from the checkpoint {}", args.model_path);
+      return *s;
+    }
+  }
+  spdlog::warn(
+      "--kv-cache-dtype fp8_e4m3: no --quantization-param-path was given and {} has no k/v scale tensors "
+      "(self_attn.k_scale/v_scale, k_proj/v_proj.output_scale); using 1.0 for every layer and head. Values beyond "
+      "+-448 will saturate: run `serve8 calibrate` to measure scales",
+      args.model_path);
+  return ones;
+}
+
 }  // namespace
 
 EngineParts create_engine_parts(const EngineArgs& args) {
@@ -68,9 +99,10 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   std::unique_ptr<LlamaModel> model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
   const ModelConfig& mc = model->config();
   if (backend->name() == "cuda" && backend->compute_dtype() == DType::kF32 && mc.head_dim > 32) {
-    spdlog::warn("--dtype float32 on CUDA: attention runs on the generic CUDA-core kernel, a reference path that is "
-                 "slow for head_dim {} (the tensor-core kernels are bf16)",
-                 mc.head_dim);
+    spdlog::warn(
+        "--dtype float32 on CUDA: attention runs on the generic CUDA-core kernel, a reference path that is "
+        "slow for head_dim {} (the tensor-core kernels are bf16)",
+        mc.head_dim);
   }
   sc.context_length = args.context_length > 0 ? args.context_length : mc.max_position_embeddings;
 
@@ -80,13 +112,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   kc.head_dim = mc.head_dim;
   kc.dtype = resolve_kv_dtype(args.kv_cache_dtype, *backend);
   kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token());
-  KvScales scales = KvScales::ones(mc.num_layers, mc.num_kv_heads);
-  if (kc.dtype == DType::kFP8E4M3) {
-    spdlog::warn(
-        "--kv-cache-dtype fp8_e4m3: no k/v scales were found in the checkpoint and no "
-        "--quantization-param-path was given; using 1.0 for every layer. Values beyond +-448 will saturate; "
-        "run `serve8 calibrate` to measure scales");
-  }
+  const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
   std::unique_ptr<KvCache> kv = backend->create_kv_cache(kc, scales);
   spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}", kc.num_slots - 1,
                dtype_name(kc.dtype), kc.bytes_per_token(),

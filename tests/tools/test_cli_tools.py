@@ -118,3 +118,49 @@ def test_bench_offline_bad_dataset_is_an_error(stories):
                         "sharegpt"], capture_output=True, text=True)
     assert r.returncode != 0
     assert "--tokenizer-path" in r.stderr + r.stdout or "--dataset-path" in r.stderr + r.stdout
+
+
+def calibrate(stories, tmp_path, name, *args):
+    ids = " ".join(" ".join(map(str, c["prompt_ids"] + c["greedy_ids"])) for c in golden())
+    (tmp_path / "ids.txt").write_text(ids)
+    out = tmp_path / name
+    r = subprocess.run([BIN, "calibrate", "--device", "cpu", "--model-path", str(stories), "--ids-file",
+                        str(tmp_path / "ids.txt"), "--context", "128", "--output", str(out)] + list(args),
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.load(open(out))["kv_cache"]
+
+
+def test_calibrate_granularity_and_margin(stories, tmp_path):
+    cfg = json.load(open(stories / "config.json"))
+    layers, heads = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+    head = calibrate(stories, tmp_path, "head.json")
+    layer = calibrate(stories, tmp_path, "layer.json", "--granularity", "per-layer")
+    double = calibrate(stories, tmp_path, "double.json", "--margin", "2")
+    assert head["dtype"] == "float8_e4m3fn"
+    assert sorted(head["k_scale"], key=int) == [str(i) for i in range(layers)]
+    for l in map(str, range(layers)):
+        for which in ("k_scale", "v_scale"):
+            assert len(head[which][l]) == heads and all(s > 0 for s in head[which][l])
+            # per layer = the layer's largest head; margin 2 doubles every scale exactly
+            assert layer[which][l] == max(head[which][l])
+            assert double[which][l] == [2 * s for s in head[which][l]]
+        assert head["scaling_factor"]["0"][l] == max(head["k_scale"][l] + head["v_scale"][l])
+
+
+def test_engine_reads_scales_and_rejects_a_mismatch(stories, tmp_path):
+    calibrate(stories, tmp_path, "s.json")
+    base = [BIN, "generate", "--device", "cpu", "--prompt-ids", "1 2 3", "--max-new-tokens", "2", "--output-ids",
+            "--kv-cache-dtype", "fp8_e4m3"]
+    ok = subprocess.run(base + ["--model-path", str(stories), "--quantization-param-path", str(tmp_path / "s.json")],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "KV scales from " + str(tmp_path / "s.json") in ok.stderr + ok.stdout
+    none = subprocess.run(base + ["--model-path", str(stories)], capture_output=True, text=True)
+    assert none.returncode == 0
+    assert "--quantization-param-path" in none.stderr and "serve8 calibrate" in none.stderr
+    # The built-in model has 2 layers, stories260K 5: the file does not fit it.
+    bad = subprocess.run(base + ["--model-path", "builtin:tiny-llama", "--quantization-param-path",
+                                 str(tmp_path / "s.json")], capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "s.json" in bad.stderr and "layers" in bad.stderr
