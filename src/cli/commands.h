@@ -18,6 +18,7 @@ void register_dump_logits(CLI::App& root, SetAction set_action);
 void register_bench_offline(CLI::App& root, SetAction set_action);
 void register_bench_serving(CLI::App& root, SetAction set_action);
 void register_calibrate(CLI::App& root, SetAction set_action);
+void register_eval(CLI::App& root, SetAction set_action);
 
 struct BenchDatasetOptions;
 // The dataset flags of bench-offline (and bench-serving): SGLang's names.

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   serve8::register_bench_offline(app, set_action);
   serve8::register_bench_serving(app, set_action);
   serve8::register_calibrate(app, set_action);
+  serve8::register_eval(app, set_action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -164,3 +164,37 @@ def test_engine_reads_scales_and_rejects_a_mismatch(stories, tmp_path):
                                  str(tmp_path / "s.json")], capture_output=True, text=True)
     assert bad.returncode != 0
     assert "s.json" in bad.stderr and "layers" in bad.stderr
+
+
+def eval_kld(stories, tmp_path, kv, ids_text, *args):
+    (tmp_path / "docs.txt").write_text(ids_text)
+    out = tmp_path / f"kld_{kv}.jsonl"
+    r = subprocess.run([BIN, "eval", "kld", "--device", "cpu", "--model-path", str(stories), "--ids-file",
+                        str(tmp_path / "docs.txt"), "--kv-cache-dtype", kv, "--reference-kv-cache-dtype", "fp32",
+                        "--output-file", str(out)] + list(args), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Mean    KLD:" in r.stdout and "RMS Δp" in r.stdout
+    return json.loads(out.read_text().splitlines()[-1])
+
+
+def test_eval_kld_against_dump_logits_and_itself(stories, tmp_path):
+    doc = golden()[2]
+    ids = doc["prompt_ids"] + doc["greedy_ids"]  # 76 tokens, BOS first: one chunk of the whole story
+    same = eval_kld(stories, tmp_path, "fp32", " ".join(map(str, ids)) + "\n", "--context", "128")
+    assert same["scored"] == len(ids) - len(ids) // 2
+    assert same["mean_kld"] == 0 and same["max_kld"] == 0 and same["same_top1"] == 1 and same["delta_ppl"] == 0
+    # The reference perplexity from dump-logits' rows over the same positions.
+    half = len(ids) // 2
+    (tmp_path / "p.txt").write_text(" ".join(map(str, ids)) + "\n")
+    subprocess.run([BIN, "dump-logits", "--device", "cpu", "--model-path", str(stories), "--prompts-file",
+                    str(tmp_path / "p.txt"), "--decode-tokens", str(len(ids) - half), "--greedy-tokens", "0",
+                    "--output", str(tmp_path / "d")], check=True, capture_output=True)
+    rows = np.load(str(tmp_path / "d") + ".npy")[0].astype(np.float64)  # positions half-1 .. len-1
+    lse = rows.max(-1) + np.log(np.exp(rows - rows.max(-1, keepdims=True)).sum(-1))
+    nll = [lse[j] - rows[j, ids[half + j]] for j in range(len(ids) - half)]
+    assert same["ppl_reference"] == pytest.approx(float(np.exp(np.mean(nll))), rel=1e-4)
+    # Coarser KV formats move the predictions more.
+    fp16 = eval_kld(stories, tmp_path, "fp16", " ".join(map(str, ids)) + "\n", "--context", "128")
+    e5m2 = eval_kld(stories, tmp_path, "fp8_e5m2", " ".join(map(str, ids)) + "\n", "--context", "128")
+    assert 0 < fp16["mean_kld"] < 1e-3 < e5m2["mean_kld"]
+    assert e5m2["ppl_reference"] == same["ppl_reference"]
