@@ -121,6 +121,11 @@ int Scheduler::step() {
   for (const Row& row : rows) tokens += row.q_len;
   counters_.num_steps++;
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
+    counters_.decode_steps++;
+    counters_.decode_seconds += counters_.last_step_seconds;
+    counters_.decode_kv_tokens += static_cast<int64_t>(batch_.kv_indices.size());
+  }
   counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
   return tokens;
 }

@@ -44,6 +44,12 @@ struct SchedulerStats {
   double radix_hit_rate = 0.0;
   int peak_running = 0;
   double last_step_seconds = 0.0;
+  // Steps whose rows all decode: their count, their time from scheduling to sampled ids (the host
+  // waits for the device there), and the KV tokens their attention read. With the weight bytes
+  // and the KV bytes per token this gives the decode step's model-bandwidth utilization.
+  int64_t decode_steps = 0;
+  double decode_seconds = 0.0;
+  int64_t decode_kv_tokens = 0;
 };
 
 class Scheduler {

@@ -193,6 +193,10 @@ Json server_info(const ServerContext& ctx) {
           {"num_retractions", s.num_retractions},
           {"num_finished", s.num_finished},
           {"peak_running", s.peak_running},
+          {"decode_steps", s.decode_steps},
+          {"decode_seconds", s.decode_seconds},
+          {"decode_kv_tokens", s.decode_kv_tokens},
+          {"weight_bytes", ctx.engine.model().weight_bytes()},
           {"internal_states", Json::array({internal})}};
 }
 

@@ -227,3 +227,18 @@ def test_metrics(text_server):
 def test_all_slots_free_at_end(text_server, ids_server):
     text_server.assert_all_slots_free()
     ids_server.assert_all_slots_free()
+
+
+def test_decode_step_counters(ids_server):
+    """get_server_info counts decode-only steps and the KV tokens they read (the inputs of the
+    decode model-bandwidth utilization): one request alone, prompt 5, 6 new tokens -> 5 decode
+    steps after the prefill, reading 6 + 7 + 8 + 9 + 10 KV tokens."""
+    before = ids_server.server_info()
+    prompt = [1] + [random.Random(77).randrange(3, 500) for _ in range(4)]
+    out = ids_server.generate(input_ids=prompt, sampling_params={"max_new_tokens": 6, "ignore_eos": True})
+    assert out["meta_info"]["completion_tokens"] == 6
+    after = ids_server.server_info()
+    assert after["decode_steps"] - before["decode_steps"] == 5
+    assert after["decode_kv_tokens"] - before["decode_kv_tokens"] == 6 + 7 + 8 + 9 + 10
+    assert after["decode_seconds"] > before["decode_seconds"]
+    assert after["weight_bytes"] > 0
