@@ -108,15 +108,6 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
       EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
           << "the other kernels, batch " << bi;
-      // The experimental pipelined decode kernel (prefill rows still take the default kernel).
-      setenv("SERVE8_CUDA_DECODE", "pipelined", 1);
-      auto pipe = create_backend("cuda");
-      unsetenv("SERVE8_CUDA_DECODE");
-      Buffer out4(*pipe, n * 2);
-      test::poison(*pipe, out4.data(), n * 2);
-      pipe->attention(dq.view({t, hq, d}), gl, pipe->upload_batch(s.step), scale, out4.view(DType::kBF16, {t, hq, d}));
-      EXPECT_LT(rel_error(to_host(*pipe, out4.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-          << "pipelined decode, batch " << bi;
     }
     // Run again: the same bits (no races, no dependence on leftovers).
     Buffer out2(*gpu_, n * 2);

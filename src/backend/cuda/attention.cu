@@ -63,24 +63,16 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKer
   const bool tc = kernel == DecodeKernel::kTensorCores;
   switch (kv_dtype) {
     case DType::kBF16:
-      kernel == DecodeKernel::kPipelined ? launch_decode_pipe_typed<DType::kBF16>(p, stream)
-      : tc                               ? launch_decode_mma_typed<DType::kBF16>(p, stream)
-                                         : launch_decode_typed<DType::kBF16>(p, stream);
+      tc ? launch_decode_mma_typed<DType::kBF16>(p, stream) : launch_decode_typed<DType::kBF16>(p, stream);
       break;
     case DType::kF16:
-      kernel == DecodeKernel::kPipelined ? launch_decode_pipe_typed<DType::kF16>(p, stream)
-      : tc                               ? launch_decode_mma_typed<DType::kF16>(p, stream)
-                                         : launch_decode_typed<DType::kF16>(p, stream);
+      tc ? launch_decode_mma_typed<DType::kF16>(p, stream) : launch_decode_typed<DType::kF16>(p, stream);
       break;
     case DType::kFP8E5M2:
-      kernel == DecodeKernel::kPipelined ? launch_decode_pipe_typed<DType::kFP8E5M2>(p, stream)
-      : tc                               ? launch_decode_mma_typed<DType::kFP8E5M2>(p, stream)
-                                         : launch_decode_typed<DType::kFP8E5M2>(p, stream);
+      tc ? launch_decode_mma_typed<DType::kFP8E5M2>(p, stream) : launch_decode_typed<DType::kFP8E5M2>(p, stream);
       break;
     case DType::kFP8E4M3:
-      kernel == DecodeKernel::kPipelined ? launch_decode_pipe_typed<DType::kFP8E4M3>(p, stream)
-      : tc                               ? launch_decode_mma_typed<DType::kFP8E4M3>(p, stream)
-                                         : launch_decode_typed<DType::kFP8E4M3>(p, stream);
+      tc ? launch_decode_mma_typed<DType::kFP8E4M3>(p, stream) : launch_decode_typed<DType::kFP8E4M3>(p, stream);
       break;
     case DType::kF32:
     case DType::kI32:

@@ -71,8 +71,7 @@ bool attention_fp32_path(int head_dim, int group);
 // Tensor cores by default: on an H200 they matched or beat the CUDA-core kernel for every KV
 // dtype and batch shape of the backend's benchmark (bf16 by up to 1.4x; FP8 within 4% at B <= 64
 // and 12% faster at B = 128).
-// kPipelined (SERVE8_CUDA_DECODE=pipelined) is experimental: attention_decode_pipe.cuh.
-enum class DecodeKernel { kTensorCores, kCudaCores, kPipelined };
+enum class DecodeKernel { kTensorCores, kCudaCores };
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list

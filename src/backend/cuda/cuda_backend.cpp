@@ -157,11 +157,9 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
   // The earlier kernels stay available for comparison (tests, benchmarks).
   if (const char* e = std::getenv("SERVE8_CUDA_DECODE")) {
     const std::string v = e;
-    SERVE8_CHECK(v == "tensor-cores" || v == "cuda-cores" || v == "pipelined",
-                 "SERVE8_CUDA_DECODE={}: expected tensor-cores, cuda-cores or pipelined", v);
-    decode_kernel_ = v == "cuda-cores"  ? DecodeKernel::kCudaCores
-                     : v == "pipelined" ? DecodeKernel::kPipelined
-                                        : DecodeKernel::kTensorCores;
+    SERVE8_CHECK(v == "tensor-cores" || v == "cuda-cores", "SERVE8_CUDA_DECODE={}: expected tensor-cores or cuda-cores",
+                 v);
+    decode_kernel_ = v == "cuda-cores" ? DecodeKernel::kCudaCores : DecodeKernel::kTensorCores;
   }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;
