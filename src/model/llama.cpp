@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/builtin_models.h"
+#include "model/gguf_model.h"
 
 namespace serve8 {
 
@@ -133,6 +134,15 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
                                              int max_seqs) {
   const bool builtin = is_builtin_model_path(options.model_path);
+  if (!builtin && options.model_path.ends_with(".gguf")) {
+    SERVE8_CHECK(options.load_format == "auto" || options.load_format == "gguf" || options.load_format == "dummy",
+                 "--load-format {} cannot read {}", options.load_format, options.model_path);
+    const GgufFile file(options.model_path);
+    ModelConfig config = gguf_model_config(file);
+    LlamaWeights weights = options.load_format == "dummy" ? dummy_llama_weights(config, backend, options.seed)
+                                                          : load_gguf_weights(config, file, backend);
+    return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
+  }
   ModelConfig config = builtin ? builtin_tiny_llama_config() : load_model_config(options.model_path);
   LlamaWeights weights;
   if (builtin || options.load_format == "dummy") {

@@ -198,3 +198,94 @@ def test_eval_kld_against_dump_logits_and_itself(stories, tmp_path):
     e5m2 = eval_kld(stories, tmp_path, "fp8_e5m2", " ".join(map(str, ids)) + "\n", "--context", "128")
     assert 0 < fp16["mean_kld"] < 1e-3 < e5m2["mean_kld"]
     assert e5m2["ppl_reference"] == same["ppl_reference"]
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        b, e = t["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.float32).reshape(t["shape"])
+    return out
+
+
+def write_llama_gguf(hf_dir, out, qtype):
+    """stories260K as llama.cpp's converter would write it: llama.cpp names, q/k rows interleaved
+    per head for its RoPE (the converter's permute), matrices in `qtype`, norms in F32."""
+    from gguf import GGMLQuantizationType as T
+    from gguf import GGUFWriter
+    from gguf.quants import quantize
+
+    cfg = json.load(open(hf_dir / "config.json"))
+    w = read_safetensors(hf_dir / "model.safetensors")
+    heads, kv_heads, layers = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
+    g = GGUFWriter(str(out), "llama")
+    g.add_block_count(layers)
+    g.add_context_length(cfg["max_position_embeddings"])
+    g.add_embedding_length(cfg["hidden_size"])
+    g.add_feed_forward_length(cfg["intermediate_size"])
+    g.add_head_count(heads)
+    g.add_head_count_kv(kv_heads)
+    g.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    g.add_rope_freq_base(cfg.get("rope_theta", 10000.0))
+    g.add_vocab_size(cfg["vocab_size"])
+    g.add_bos_token_id(1)
+    g.add_eos_token_id(2)
+
+    def permute(x, n):
+        return x.reshape(n, 2, x.shape[0] // n // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+    def add(name, x, matrix=True):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if matrix and qtype != T.F32 and x.shape[-1] % 32 == 0:  # rows of whole blocks, else F32 as llama.cpp
+            g.add_tensor(name, quantize(x, qtype), raw_dtype=qtype)
+        else:
+            g.add_tensor(name, x)
+
+    add("token_embd.weight", w["model.embed_tokens.weight"])
+    for l in range(layers):
+        p = f"model.layers.{l}."
+        add(f"blk.{l}.attn_norm.weight", w[p + "input_layernorm.weight"], False)
+        add(f"blk.{l}.attn_q.weight", permute(w[p + "self_attn.q_proj.weight"], heads))
+        add(f"blk.{l}.attn_k.weight", permute(w[p + "self_attn.k_proj.weight"], kv_heads))
+        add(f"blk.{l}.attn_v.weight", w[p + "self_attn.v_proj.weight"])
+        add(f"blk.{l}.attn_output.weight", w[p + "self_attn.o_proj.weight"])
+        add(f"blk.{l}.ffn_norm.weight", w[p + "post_attention_layernorm.weight"], False)
+        add(f"blk.{l}.ffn_gate.weight", w[p + "mlp.gate_proj.weight"])
+        add(f"blk.{l}.ffn_up.weight", w[p + "mlp.up_proj.weight"])
+        add(f"blk.{l}.ffn_down.weight", w[p + "mlp.down_proj.weight"])
+    add("output_norm.weight", w["model.norm.weight"], False)
+    if "lm_head.weight" in w:
+        add("output.weight", w["lm_head.weight"])
+    g.write_header_to_file()
+    g.write_kv_data_to_file()
+    g.write_tensors_to_file()
+    g.close()
+
+
+def generate_ids(model, prompt, n):
+    r = subprocess.run([BIN, "generate", "--device", "cpu", "--model-path", str(model), "--prompt-ids",
+                        " ".join(map(str, prompt)), "--max-new-tokens", str(n), "--temperature", "0", "--ignore-eos",
+                        "--output-ids"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return list(map(int, r.stdout.split()))
+
+
+def test_gguf_model_reproduces_run_c(stories, tmp_path):
+    """stories260K written as a llama.cpp-style GGUF (F32, q/k permuted) loads back to the same model:
+    run.c's greedy ids for every case. A Q8_0 copy loads and generates in full."""
+    from gguf import GGMLQuantizationType as T
+
+    write_llama_gguf(stories, tmp_path / "s.gguf", T.F32)
+    for c in golden():
+        n = len(c["greedy_ids"])
+        assert generate_ids(tmp_path / "s.gguf", c["prompt_ids"], n) == c["greedy_ids"]
+    write_llama_gguf(stories, tmp_path / "q8.gguf", T.Q8_0)
+    c = golden()[2]
+    q8 = generate_ids(tmp_path / "q8.gguf", c["prompt_ids"], 20)
+    assert len(q8) == 20 and all(0 <= t < 512 for t in q8)
