@@ -1,6 +1,6 @@
 // GGUF (v3), llama.cpp's single-file model format: a memory-mapped reader of the metadata and the
 // tensor table, and dequantization of the tensor types serve8 loads (F32, F16, BF16, Q8_0, Q4_0,
-// Q4_1) into fp32. Everything is checked when a file is opened (magic, version, table bounds, tensor
+// Q4_1, Q4_K, Q5_K, Q6_K) into fp32. Everything is checked when a file is opened (magic, version, table bounds, tensor
 // extents, types), so a malformed file fails with its name and what is wrong.
 //
 // Layout: "GGUF", u32 version, u64 tensor count, u64 metadata count; metadata (key string, u32
@@ -27,7 +27,17 @@ struct GgufValue {
 };
 
 // GGML tensor types (ggml.h numbering).
-enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kBF16 = 30 };
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30
+};
 const char* ggml_type_name(uint32_t type);
 
 struct GgufTensor {

@@ -33,6 +33,18 @@ def main():
         w.add_tensor(name, raw, raw_dtype=qtype)
         expected[name] = {"type": int(qtype), "shape": list(shape),
                           "values": [float(v) for v in dequantize(raw, qtype).reshape(-1)]}
+    # K-quants: random blocks (gguf.quants cannot quantize to them) with sane f16 scales.
+    for name, qtype, block_bytes, scale_at in [("q4_k", T.Q4_K, 144, (0, 2)), ("q5_k", T.Q5_K, 176, (0, 2)),
+                                               ("q6_k", T.Q6_K, 210, (208,))]:
+        raw = rng.integers(0, 256, size=(2, 2 * block_bytes), dtype=np.uint8)  # 2 rows of 512 elements
+        for r in range(2):
+            for blk in range(2):
+                for at in scale_at:
+                    o = blk * block_bytes + at
+                    raw[r, o:o + 2] = np.frombuffer(np.float16(rng.uniform(-0.05, 0.05)).tobytes(), dtype=np.uint8)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        expected[name] = {"type": int(qtype), "shape": [2, 512],
+                          "values": [float(v) for v in dequantize(raw, qtype).reshape(-1)]}
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -74,7 +74,7 @@ TEST(Gguf, MalformedFilesAreClearErrors) {
   EXPECT_NE(
       error_of([&] { GgufFile g(write("short.gguf", bytes.substr(0, bytes.size() - 40))); }).find("runs past the end"),
       std::string::npos);
-  // A hand-made file with one tensor of type 12 (Q4_K), which serve8 does not dequantize.
+  // A hand-made file with one tensor of type 20 (IQ4_NL), which serve8 does not dequantize.
   std::string h = "GGUF";
   auto u32 = [&](uint32_t v) { h.append(reinterpret_cast<const char*>(&v), 4); };
   auto u64 = [&](uint64_t v) { h.append(reinterpret_cast<const char*>(&v), 8); };
@@ -85,11 +85,11 @@ TEST(Gguf, MalformedFilesAreClearErrors) {
   h += "w";
   u32(1);
   u64(256);
-  u32(12);
+  u32(20);
   u64(0);
   h.resize(64 + 144, '\0');
   const std::string msg = error_of([&] { GgufFile g(write("q4k.gguf", h)); });
-  EXPECT_NE(msg.find("tensor 'w' has type 12"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'w' has type 20"), std::string::npos) << msg;
   EXPECT_NE(msg.find("q4k.gguf"), std::string::npos) << msg;
   EXPECT_NE(error_of([&] { GgufFile g(dir.file("missing.gguf")); }).find("cannot open"), std::string::npos);
 }
