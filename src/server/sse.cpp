@@ -32,12 +32,15 @@ const TextOutput* first_error(GenerationRun& run) {
 bool pump(GenerationRun& run, httplib::DataSink& sink,
           const std::function<bool(const std::vector<size_t>&)>& on_change) {
   auto last_check = Clock::now();
-  while (!run.all_finished()) {
+  // Poll before testing for the end: a request that finished while the response was being set
+  // up (await_start drained its events) still has its output to send.
+  for (;;) {
     const std::vector<size_t> changed = run.poll(kPollInterval);
     if (!changed.empty() && !on_change(changed)) {
       run.abort();
       return false;
     }
+    if (run.all_finished()) break;
     if (Clock::now() - last_check >= kLivenessInterval) {
       last_check = Clock::now();
       if (!sink.is_writable()) {

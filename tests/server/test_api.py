@@ -242,3 +242,14 @@ def test_decode_step_counters(ids_server):
     assert after["decode_kv_tokens"] - before["decode_kv_tokens"] == 6 + 7 + 8 + 9 + 10
     assert after["decode_seconds"] > before["decode_seconds"]
     assert after["weight_bytes"] > 0
+
+
+def test_stream_of_a_request_that_finishes_at_once(text_server, client):
+    """A request can finish (one token) before its stream starts; its output must still be sent."""
+    body = {"text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 1}}
+    with text_server.post("/generate", body, stream=True) as s:
+        events = read_sse(s)
+    assert len(events) == 1 and events[0]["meta_info"]["completion_tokens"] == 1
+    assert events[0]["meta_info"]["finish_reason"]["type"] == "length"
+    chunks = list(client.completions.create(model="tiny", prompt="Hello", max_tokens=1, stream=True))
+    assert any(ch.choices and ch.choices[0].finish_reason == "length" for ch in chunks)
