@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/bench_dataset.h"
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -26,21 +27,6 @@ struct BenchOfflineArgs {
   bool disable_ignore_eos = false;
   std::string result_filename;
 };
-
-double mean(const std::vector<double>& v) {
-  double s = 0.0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double f = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1.0 - f) + v[i + 1] * f : v[i];
-}
 
 int run_bench_offline(BenchOfflineArgs a) {
   if (a.engine.model_path.empty()) default_to_builtin_model(a.engine);
@@ -103,7 +89,7 @@ int run_bench_offline(BenchOfflineArgs a) {
     if (t.ttft >= 0.0) ttft.push_back(t.ttft);
   }
   nlohmann::json j = {{"command", invoked_command_line()},
-                      {"git_hash", std::getenv("SERVE8_GIT_HASH") ? std::getenv("SERVE8_GIT_HASH") : "unknown"},
+                      {"git_hash", git_hash()},
                       {"device", engine->backend().device_description()},
                       {"backend", "serve8-offline"},
                       {"dataset_name", a.data.name},

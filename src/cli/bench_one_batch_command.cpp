@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -34,20 +35,6 @@ struct BenchOneBatchArgs {
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 struct Run {
   double prefill_s = 0.0;
@@ -109,7 +96,6 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
     results.open(a.result_filename, std::ios::app);
     SERVE8_CHECK(results.good(), "bench-one-batch: cannot open {} for appending", a.result_filename);
   }
-  const char* git = std::getenv("SERVE8_GIT_HASH");
   for (int bs : a.batch_sizes) {
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(bs),
                                               std::vector<int32_t>(static_cast<size_t>(a.input_len)));
@@ -117,7 +103,7 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
       for (auto& t : p) t = tok(rng);
     const std::vector<int32_t> first = first_slots(bs, capacity, *e.kv);
     const Run r = run_batch(e, bs, prompts, first, a.output_len);
-    const double dec = median(r.decode_s);
+    const double dec = percentile(r.decode_s, 50);
     double decode_total = 0.0;
     for (double d : r.decode_s) decode_total += d;
     const double total = r.prefill_s + decode_total;
@@ -129,7 +115,7 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
     fmt::print("  total:   latency {:.4f} s, throughput {:.1f} token/s\n", total,
                bs * static_cast<double>(a.input_len + a.output_len) / total);
     nlohmann::json j = {{"command", a.command_line},
-                        {"git_hash", git ? git : "unknown"},
+                        {"git_hash", git_hash()},
                         {"device", e.backend->device_description()},
                         {"date", utc_now()},
                         {"model_path", a.engine.model_path},
@@ -166,14 +152,14 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
       double sum = 0.0;
       for (const OpTime& o : ops) sum += o.ms;
       fmt::print("  decode step op by op ({} steps, graphs off; median wall {:.5f} s):\n", a.profile_steps,
-                 median(wall));
+                 percentile(wall, 50));
       nlohmann::json jo = nlohmann::json::array();
       for (const OpTime& o : ops) {
         fmt::print("    {:<12} {:8.4f} ms/step  {:5.1f}%\n", o.op, o.ms / a.profile_steps, 100.0 * o.ms / sum);
         jo.push_back({{"op", o.op}, {"ms_per_step", o.ms / a.profile_steps}, {"share", o.ms / sum}});
       }
       j["op_profile"] = jo;
-      j["op_profile_wall_s"] = median(wall);
+      j["op_profile_wall_s"] = percentile(wall, 50);
       if (graphs) e.model->enable_decode_graphs(*e.kv, std::min(a.engine.cuda_graph_max_bs, e.model->max_seqs()));
     }
     if (results.is_open()) results << j.dump() << "\n" << std::flush;

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli/bench_dataset.h"
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -193,21 +194,6 @@ Outcome send_one(const BenchServingArgs& a, const std::string& url, const BenchR
   return out;
 }
 
-double mean(const std::vector<double>& v) {
-  double s = 0.0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-double pct(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = q / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double f = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1.0 - f) + v[i + 1] * f : v[i];
-}
-
 int run_bench_serving(BenchServingArgs a) {
   SERVE8_CHECK(a.backend == "sglang" || a.backend == "openai" || a.backend == "openai-chat",
                "--backend {}: expected sglang, openai or openai-chat", a.backend);
@@ -313,18 +299,18 @@ int run_bench_serving(BenchServingArgs a) {
             {"total_throughput", static_cast<double>(in_tokens + out_tokens) / duration},
             {"concurrency", sum_e2e / duration},
             {"mean_e2e_latency_ms", mean(e2e)},
-            {"median_e2e_latency_ms", pct(e2e, 50)},
+            {"median_e2e_latency_ms", percentile(e2e, 50)},
             {"mean_ttft_ms", mean(ttft)},
-            {"median_ttft_ms", pct(ttft, 50)},
-            {"p99_ttft_ms", pct(ttft, 99)},
+            {"median_ttft_ms", percentile(ttft, 50)},
+            {"p99_ttft_ms", percentile(ttft, 99)},
             {"mean_itl_ms", mean(itl)},
-            {"median_itl_ms", pct(itl, 50)},
-            {"p95_itl_ms", pct(itl, 95)},
-            {"p99_itl_ms", pct(itl, 99)},
+            {"median_itl_ms", percentile(itl, 50)},
+            {"p95_itl_ms", percentile(itl, 95)},
+            {"p99_itl_ms", percentile(itl, 99)},
             {"max_itl_ms", itl.empty() ? 0.0 : *std::max_element(itl.begin(), itl.end())},
             {"mean_tpot_ms", mean(tpot)},
-            {"median_tpot_ms", pct(tpot, 50)},
-            {"p99_tpot_ms", pct(tpot, 99)}};
+            {"median_tpot_ms", percentile(tpot, 50)},
+            {"p99_tpot_ms", percentile(tpot, 99)}};
   auto line = [](const char* k, const std::string& v) { fmt::print("{:<40}{:<10}\n", k, v); };
   auto num = [](double v) { return fmt::format("{:.2f}", v); };
   fmt::print("\n{:=^50}\n", " Serving Benchmark Result ");
@@ -342,21 +328,21 @@ int run_bench_serving(BenchServingArgs a) {
   line("Concurrency:", num(sum_e2e / duration));
   fmt::print("{:-^50}\n", "End-to-End Latency");
   line("Mean E2E Latency (ms):", num(mean(e2e)));
-  line("Median E2E Latency (ms):", num(pct(e2e, 50)));
+  line("Median E2E Latency (ms):", num(percentile(e2e, 50)));
   fmt::print("{:-^50}\n", "Time to First Token");
   line("Mean TTFT (ms):", num(mean(ttft)));
-  line("Median TTFT (ms):", num(pct(ttft, 50)));
-  line("P99 TTFT (ms):", num(pct(ttft, 99)));
+  line("Median TTFT (ms):", num(percentile(ttft, 50)));
+  line("P99 TTFT (ms):", num(percentile(ttft, 99)));
   fmt::print("{:-^50}\n", "Inter-Token Latency");
   line("Mean ITL (ms):", num(mean(itl)));
-  line("Median ITL (ms):", num(pct(itl, 50)));
-  line("P95 ITL (ms):", num(pct(itl, 95)));
-  line("P99 ITL (ms):", num(pct(itl, 99)));
+  line("Median ITL (ms):", num(percentile(itl, 50)));
+  line("P95 ITL (ms):", num(percentile(itl, 95)));
+  line("P99 ITL (ms):", num(percentile(itl, 99)));
   line("Max ITL (ms):", num(itl.empty() ? 0.0 : *std::max_element(itl.begin(), itl.end())));
   fmt::print("{:-^50}\n", "Time per Output Token (excl. 1st token)");
   line("Mean TPOT (ms):", num(mean(tpot)));
-  line("Median TPOT (ms):", num(pct(tpot, 50)));
-  line("P99 TPOT (ms):", num(pct(tpot, 99)));
+  line("Median TPOT (ms):", num(percentile(tpot, 50)));
+  line("P99 TPOT (ms):", num(percentile(tpot, 99)));
   fmt::print("{:=^50}\n", "");
   if (!a.output_file.empty()) {
     std::ofstream out(a.output_file, std::ios::app);

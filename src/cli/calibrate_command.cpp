@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/token_input.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/direct_batch.h"
@@ -32,25 +33,14 @@ struct CalibrateArgs {
   int64_t max_tokens = 0;
 };
 
+// The whole input as one stream of tokens (an ids file's lines run on), at most --max-tokens.
 std::vector<int32_t> read_tokens(const CalibrateArgs& a, const Tokenizer* tok) {
-  SERVE8_CHECK(a.text_file.empty() != a.ids_file.empty(), "calibrate: give exactly one of --text and --ids-file");
-  const std::string& path = a.text_file.empty() ? a.ids_file : a.text_file;
-  std::ifstream in(path);
-  SERVE8_CHECK(in.good(), "calibrate: cannot read {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
   std::vector<int32_t> ids;
-  if (!a.text_file.empty()) {
-    SERVE8_CHECK(tok != nullptr, "calibrate: --text needs the model's tokenizer (--tokenizer-path), or use --ids-file");
-    ids = tok->encode(ss.str(), true);
-  } else {
-    long v = 0;
-    while (ss >> v) ids.push_back(static_cast<int32_t>(v));
-    SERVE8_CHECK(ss.eof(), "calibrate: {} holds something other than token ids", path);
-  }
+  for (const auto& doc : read_documents("calibrate", a.text_file, a.ids_file, tok, true))
+    ids.insert(ids.end(), doc.begin(), doc.end());
   if (a.max_tokens > 0 && static_cast<int64_t>(ids.size()) > a.max_tokens)
     ids.resize(static_cast<size_t>(a.max_tokens));
-  SERVE8_CHECK(!ids.empty(), "calibrate: {} gave no tokens", path);
+  SERVE8_CHECK(!ids.empty(), "calibrate: {} gave no tokens", a.text_file.empty() ? a.ids_file : a.text_file);
   return ids;
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/token_input.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/direct_batch.h"
@@ -25,23 +26,6 @@ struct DumpLogitsArgs {
   int greedy_tokens = 32;
   std::string output;
 };
-
-std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  SERVE8_CHECK(in.good(), "dump-logits: cannot read {}", path);
-  std::vector<std::vector<int32_t>> prompts;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    std::istringstream ls(line);
-    std::vector<int32_t> ids;
-    long v = 0;
-    while (ls >> v) ids.push_back(static_cast<int32_t>(v));
-    SERVE8_CHECK(ls.eof(), "{}:{}: expected token ids separated by spaces", path, n);
-    if (!ids.empty()) prompts.push_back(std::move(ids));
-  }
-  SERVE8_CHECK(!prompts.empty(), "dump-logits: {} holds no prompts", path);
-  return prompts;
-}
 
 // A NumPy .npy file (format 1.0) of little-endian fp32.
 void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<size_t>& shape) {
@@ -60,7 +44,8 @@ void write_npy(const std::string& path, const std::vector<float>& data, const st
 }
 
 int run_dump_logits(const DumpLogitsArgs& a) {
-  const std::vector<std::vector<int32_t>> prompts = read_prompts(a.prompts_file);
+  const std::vector<std::vector<int32_t>> prompts = read_id_lines(a.prompts_file);
+  SERVE8_CHECK(!prompts.empty(), "dump-logits: {} holds no prompts", a.prompts_file);
   const int n = static_cast<int>(prompts.size());
   const int d = a.decode_tokens;
   SERVE8_CHECK(d >= 0 && a.greedy_tokens >= 0, "dump-logits: --decode-tokens and --greedy-tokens must be >= 0");

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/bench_stats.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/token_input.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/direct_batch.h"
@@ -62,38 +64,6 @@ struct Scores {
   }
 };
 
-double mean(const std::vector<double>& v) {
-  double s = 0.0;
-  for (double x : v) s += x;
-  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-}
-
-// The documents of the text: the whole --text file, or one per line of --ids-file.
-std::vector<std::vector<int32_t>> read_eval_docs(const EvalKldArgs& a, const Tokenizer* tok) {
-  SERVE8_CHECK(a.text_file.empty() != a.ids_file.empty(), "eval kld: give exactly one of --text and --ids-file");
-  const std::string& path = a.text_file.empty() ? a.ids_file : a.text_file;
-  std::ifstream in(path);
-  SERVE8_CHECK(in.good(), "eval kld: cannot read {}", path);
-  std::vector<std::vector<int32_t>> docs;
-  if (!a.text_file.empty()) {
-    SERVE8_CHECK(tok != nullptr, "eval kld: --text needs the model's tokenizer (--tokenizer-path), or use --ids-file");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    docs.push_back(tok->encode(ss.str(), false));
-    return docs;
-  }
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    std::istringstream ls(line);
-    std::vector<int32_t> ids;
-    long v = 0;
-    while (ls >> v) ids.push_back(static_cast<int32_t>(v));
-    SERVE8_CHECK(ls.eof(), "eval kld: {}:{} holds something other than token ids", path, n);
-    if (!ids.empty()) docs.push_back(std::move(ids));
-  }
-  return docs;
-}
-
 int run_eval_kld(EvalKldArgs a) {
   SERVE8_CHECK(a.context >= 4, "eval kld: --context must be >= 4");
   if (a.stride <= 0) a.stride = a.context;
@@ -107,7 +77,8 @@ int run_eval_kld(EvalKldArgs a) {
   rc.dtype = parse_dtype(a.reference);
   std::unique_ptr<KvCache> ref_kv =
       e.backend->create_kv_cache(rc, KvScales::ones(rc.num_layers, rc.num_kv_heads));  // reference: no scales
-  const std::vector<std::vector<int32_t>> docs = read_eval_docs(a, e.tokenizer.get());
+  const std::vector<std::vector<int32_t>> docs =
+      read_documents("eval kld", a.text_file, a.ids_file, e.tokenizer.get(), false);
   // Chunks of each document, each led by BOS, as llama.cpp's perplexity does: a model trained on
   // documents that start with it is lost mid-text without it.
   const int bos = e.model->config().bos_token_id;

@@ -93,7 +93,7 @@ Tensor LlamaModel::forward_graph(const ForwardBatch& batch, KvCache& kv) {
   if (kv_observer_ || &kv != graph_kv_ || b == 0 || b > graphs_.back().batch_size ||
       batch.num_tokens() != b)  // q_len >= 1 for every row, so T == B means all rows decode
     return {};
-  batch.validate();
+  // No validate() here: upload_batch validates the padded batch, valid exactly when this one is.
   // The kernels index the pool without bounds checks, and the backend's own check of the slots
   // does not run when a graph replays.
   const int64_t slots = kv.config().num_slots;
