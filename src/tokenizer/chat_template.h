@@ -20,6 +20,12 @@ struct ChatSegment {
   std::string text;
   bool bos = false;  // a BOS id goes before the text's ids
   bool eos = false;  // an EOS id goes after them
+  // Template text (Jinja literals, bos_token, ...): special-token spellings in it ("<|im_start|>")
+  // are special ids. Text from the request (message contents, roles, tools) is never trusted, so a
+  // user cannot forge a turn. Consecutive segments without bos/eos are one text to the encoder
+  // (BPE merges and pre-tokenizer splits run across their boundaries, as HF tokenizes the whole
+  // rendered prompt); only special-token matching looks at `trusted`.
+  bool trusted = false;
 };
 
 class ChatTemplate {
