@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
+#include "read_ceiling.h"
 
 namespace serve8 {
 namespace {
@@ -234,8 +235,13 @@ int run(int argc, char** argv) {
   for (int c : quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192}) shapes.push_back({"extend", 4, 512, c});
 
   Json rows = Json::array();
-  std::printf("\n%-26s %-8s %-22s %-9s %9s %9s %7s %9s %10s\n", "heads", "kind", "shape", "kv", "ms", "GB/s", "%copy",
-              "TFLOP/s", "check err");
+  Buffer sink(be, 4);
+  int sms = 0;
+  SERVE8_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // Columns for decode rows: the read-only ceilings of the same bytes (read_ceiling.h), streamed
+  // front to back and gathered by slot as decode gathers them, in % of the copy bandwidth.
+  std::printf("\n%-26s %-8s %-22s %-9s %9s %9s %7s %9s %10s %8s %8s\n", "heads", "kind", "shape", "kv", "ms", "GB/s",
+              "%copy", "TFLOP/s", "check err", "%stream", "%gather");
   for (const Heads& h : heads) {
     for (const Shape& sh : shapes) {
       const int64_t tokens = int64_t{sh.batch} * sh.ctx;
@@ -284,9 +290,28 @@ int run(int argc, char** argv) {
           if (c.max_abs_err >= worst.max_abs_err) worst = c;
         }
         const bool ok = worst.max_abs_err <= 1e-2 * std::max(1.0, worst.max_ref);
-        std::printf("%-26s %-8s %-22s %-9s %9.3f %9.0f %7.1f %9.1f %10.2e%s\n", h.name, sh.kind, shape,
+        double stream_gbs = 0, gather_gbs = 0;
+        if (sh.q_len == 1) {
+          const double kv_bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt);
+          const size_t half = static_cast<size_t>(kv_bytes / 2) / 16 * 16;
+          const double sms_ms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] {
+            launch_stream_read(l.k.data, half, static_cast<unsigned*>(sink.data()), s);
+            launch_stream_read(l.v.data, half, static_cast<unsigned*>(sink.data()), s);
+          });
+          // The split count the backend picks for decode (cuda_attention_ops.cpp).
+          const int splits = std::clamp((16 * sms + sh.batch * h.hkv - 1) / (sh.batch * h.hkv), 1, 128);
+          const double gms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] {
+            launch_gather_read(static_cast<const int32_t*>(db.kv_indptr.data), static_cast<const int32_t*>(db.kv_indices.data),
+                               l.k.data, l.v.data, sh.batch, h.hkv, h.d * static_cast<int>(dtype_size(dt)), splits,
+                               static_cast<unsigned*>(sink.data()), s);
+          });
+          stream_gbs = 2.0 * static_cast<double>(half) / sms_ms / 1e6;
+          gather_gbs = kv_bytes / gms / 1e6;
+        }
+        std::printf("%-26s %-8s %-22s %-9s %9.3f %9.0f %7.1f %9.1f %10.2e %8.1f %8.1f%s\n", h.name, sh.kind, shape,
                     std::string(dtype_name(dt)).c_str(), ms, bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs,
-                    flops / ms / 1e9, worst.max_abs_err, ok ? "" : "  CHECK FAILED");
+                    flops / ms / 1e9, worst.max_abs_err, 100.0 * stream_gbs / copy_gbs, 100.0 * gather_gbs / copy_gbs,
+                    ok ? "" : "  CHECK FAILED");
         std::fflush(stdout);
         rows.push_back({{"heads", h.name},
                         {"hq", h.hq},
@@ -304,7 +329,9 @@ int run(int argc, char** argv) {
                         {"tflops", flops / ms / 1e9},
                         {"check_max_abs_err", worst.max_abs_err},
                         {"check_max_ref", worst.max_ref},
-                        {"check_ok", ok}});
+                        {"check_ok", ok},
+                        {"stream_read_gb_per_s", stream_gbs},
+                        {"gather_read_gb_per_s", gather_gbs}});
       }
     }
   }

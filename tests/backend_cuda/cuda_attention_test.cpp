@@ -96,9 +96,10 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         }
       }
     }
-    // The other kernels (CUDA-core decode, simple prefill), kept beside the defaults.
-    if (d != 8) {
-      setenv("SERVE8_CUDA_DECODE", "cuda-cores", 1);
+    // The other kernels (two decode kernels, the simple prefill), kept beside the defaults.
+    for (const char* decode : {"tensor-cores", "cuda-cores"}) {
+      if (d == 8) break;
+      setenv("SERVE8_CUDA_DECODE", decode, 1);
       setenv("SERVE8_CUDA_PREFILL", "simple", 1);
       auto alt = create_backend("cuda");
       unsetenv("SERVE8_CUDA_DECODE");
@@ -107,7 +108,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       test::poison(*alt, out3.data(), n * 2);
       alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
       EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-          << "the other kernels, batch " << bi;
+          << "decode " << decode << " and simple prefill, batch " << bi;
     }
     // Run again: the same bits (no races, no dependence on leftovers).
     Buffer out2(*gpu_, n * 2);

@@ -45,6 +45,18 @@ __global__ void attention_merge_kernel(const AttentionParams p) {
   }
 }
 
+template <DType kKv>
+void launch_decode_kernel(const AttentionParams& p, DecodeKernel kernel, cudaStream_t stream) {
+  switch (kernel) {
+    case DecodeKernel::kStream:
+      return launch_decode_stream_typed<kKv>(p, stream);
+    case DecodeKernel::kTensorCores:
+      return launch_decode_mma_typed<kKv>(p, stream);
+    case DecodeKernel::kCudaCores:
+      return launch_decode_typed<kKv>(p, stream);
+  }
+}
+
 }  // namespace
 
 bool attention_fast_path(int head_dim, int group) {
@@ -60,19 +72,18 @@ bool attention_fp32_path(int head_dim, int group) {
 }
 
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream) {
-  const bool tc = kernel == DecodeKernel::kTensorCores;
   switch (kv_dtype) {
     case DType::kBF16:
-      tc ? launch_decode_mma_typed<DType::kBF16>(p, stream) : launch_decode_typed<DType::kBF16>(p, stream);
+      launch_decode_kernel<DType::kBF16>(p, kernel, stream);
       break;
     case DType::kF16:
-      tc ? launch_decode_mma_typed<DType::kF16>(p, stream) : launch_decode_typed<DType::kF16>(p, stream);
+      launch_decode_kernel<DType::kF16>(p, kernel, stream);
       break;
     case DType::kFP8E5M2:
-      tc ? launch_decode_mma_typed<DType::kFP8E5M2>(p, stream) : launch_decode_typed<DType::kFP8E5M2>(p, stream);
+      launch_decode_kernel<DType::kFP8E5M2>(p, kernel, stream);
       break;
     case DType::kFP8E4M3:
-      tc ? launch_decode_mma_typed<DType::kFP8E4M3>(p, stream) : launch_decode_typed<DType::kFP8E4M3>(p, stream);
+      launch_decode_kernel<DType::kFP8E4M3>(p, kernel, stream);
       break;
     case DType::kF32:
     case DType::kI32:

@@ -68,10 +68,10 @@ bool attention_generic_path(int head_dim, int group);  // the generic kernel (al
 // per-lane registers spill, so it is a reference path (HF fp32 checks), not a fast one.
 bool attention_fp32_path(int head_dim, int group);
 
-// Tensor cores by default: on an H200 they matched or beat the CUDA-core kernel for every KV
-// dtype and batch shape of the backend's benchmark (bf16 by up to 1.4x; FP8 within 4% at B <= 64
-// and 12% faster at B = 128).
-enum class DecodeKernel { kTensorCores, kCudaCores };
+// kStream (default; attention_decode_stream.cuh): tensor cores fed by a cp.async pipeline per warp.
+// kTensorCores (SERVE8_CUDA_DECODE=tensor-cores): one 64-token tile per block at a time, converted
+// into shared memory. kCudaCores (cuda-cores): FMAs and shuffles. The last two stay for comparison.
+enum class DecodeKernel { kStream, kTensorCores, kCudaCores };
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list

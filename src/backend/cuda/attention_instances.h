@@ -11,6 +11,8 @@ void launch_decode_typed(const AttentionParams& p, cudaStream_t stream);
 template <DType kKv>
 void launch_decode_mma_typed(const AttentionParams& p, cudaStream_t stream);
 template <DType kKv>
+void launch_decode_stream_typed(const AttentionParams& p, cudaStream_t stream);
+template <DType kKv>
 void launch_prefill_typed(const AttentionParams& p, bool pipelined, cudaStream_t stream);
 template <DType kKv>
 void launch_generic_typed(const AttentionParams& p, cudaStream_t stream);
@@ -18,6 +20,7 @@ void launch_generic_typed(const AttentionParams& p, cudaStream_t stream);
 #define SERVE8_EXTERN_ATTENTION(KV)                                                          \
   extern template void launch_decode_typed<KV>(const AttentionParams&, cudaStream_t);        \
   extern template void launch_decode_mma_typed<KV>(const AttentionParams&, cudaStream_t);    \
+  extern template void launch_decode_stream_typed<KV>(const AttentionParams&, cudaStream_t); \
   extern template void launch_prefill_typed<KV>(const AttentionParams&, bool, cudaStream_t); \
   extern template void launch_generic_typed<KV>(const AttentionParams&, cudaStream_t);
 SERVE8_EXTERN_ATTENTION(DType::kBF16)

@@ -157,9 +157,11 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
   // The earlier kernels stay available for comparison (tests, benchmarks).
   if (const char* e = std::getenv("SERVE8_CUDA_DECODE")) {
     const std::string v = e;
-    SERVE8_CHECK(v == "tensor-cores" || v == "cuda-cores", "SERVE8_CUDA_DECODE={}: expected tensor-cores or cuda-cores",
-                 v);
-    decode_kernel_ = v == "cuda-cores" ? DecodeKernel::kCudaCores : DecodeKernel::kTensorCores;
+    SERVE8_CHECK(v == "stream" || v == "tensor-cores" || v == "cuda-cores",
+                 "SERVE8_CUDA_DECODE={}: expected stream, tensor-cores or cuda-cores", v);
+    decode_kernel_ = v == "cuda-cores"     ? DecodeKernel::kCudaCores
+                     : v == "tensor-cores" ? DecodeKernel::kTensorCores
+                                           : DecodeKernel::kStream;
   }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;

@@ -110,7 +110,7 @@ class CudaBackend final : public Backend {
   StagedBuffer plan_buf_;  // prefill work list: work_seq, then work_row0
   AttentionPlan plan_;
 
-  DecodeKernel decode_kernel_ = DecodeKernel::kTensorCores;
+  DecodeKernel decode_kernel_ = DecodeKernel::kStream;
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials
   size_t split_workspace_bytes_ = 0;

@@ -1,0 +1,20 @@
+// Read-only ceilings for the decode rows of bench_attention: how fast a kernel that does nothing
+// but read can move the same bytes, streamed or gathered by slot the way decode gathers them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace serve8 {
+
+// Reads `bytes` (a multiple of 16) from `src` front to back; writes a checksum to *sink.
+void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream);
+
+// Reads, for every sequence b (kv_indptr[b]..kv_indptr[b+1]) and KV head h, the row_bytes of K and
+// of V at slot kv_indices[t] * slot_bytes + h * row_bytes: the decode kernels' access pattern,
+// one block per (split, sequence, KV head) as they launch.
+void launch_gather_read(const int32_t* kv_indptr, const int32_t* kv_indices, const void* k_pool, const void* v_pool,
+                        int num_seqs, int num_kv_heads, int row_bytes, int splits, unsigned* sink, cudaStream_t stream);
+
+}  // namespace serve8

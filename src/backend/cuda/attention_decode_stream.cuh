@@ -1,0 +1,351 @@
+// Decode attention (q_len == 1) on tensor cores, streaming K/V through a cp.async pipeline per warp.
+//
+// Decode is a gather of K/V rows at memory speed; everything else must hide under it. A block of
+// 4 warps serves one (split, sequence, KV head), and each warp works alone through its own
+// 16-token steps (steps w, w + 4, ... of the split) with kStages steps in flight: it issues the
+// 16-byte cp.async copies of step i + kStages - 1 (the raw stored bytes: FP8 moves half the bytes
+// of bf16) before computing step i, and synchronizes only within itself. Page offsets are read
+// once per step, one lane per row, and shuffled to the lanes that copy the row.
+//
+// The group's query heads are the rows of a 16-row MMA tile (m16n8k16), so one K/V row serves the
+// whole GQA group. Operands are built in registers straight from the staged bytes: FP8 by
+// cvt.rn.f16x2.e4m3x2 (E4M3) or byte placement (E5M2), both exact in fp16; bf16/fp16 as stored.
+// That needs no ldmatrix and no converted copy in shared memory because the head dimension is
+// permuted: a dot product does not care in which order d is summed, so for S = Q K^T each thread
+// reads whole 16-byte chunks of a K row and the query is loaded in the same permuted order; for
+// O = P V each thread owns a contiguous run of d for every token it multiplies (a byte pair from
+// two tokens makes one operand register), and the output columns are un-permuted at the end.
+// Chunks are XOR-swizzled per row so that these reads are free of bank conflicts (head dim 128;
+// FP8 at head dim 64 keeps a two-way conflict on V).
+//
+// k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
+// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels.
+#pragma once
+
+#include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_prefill.cuh"
+
+namespace serve8 {
+
+__device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
+  // src-size 0 copies nothing and zero-fills: rows past the end of the sequence read no memory.
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+template <DType kKv, int kD>
+struct DecodeStream {
+  static constexpr bool kFp8 = kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3;
+  static constexpr int kElemBytes = kFp8 ? 1 : 2;
+  static constexpr int kRowBytes = kD * kElemBytes;  // one K (or V) row of one KV head
+  static constexpr int kChunks = kRowBytes / 16;     // 16-byte chunks per row: 4, 8 or 16
+  static constexpr int kValsPerChunk = 16 / kElemBytes;
+  static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
+  static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
+  static constexpr int kTileBytes = kStep * kRowBytes;
+  // Bytes in flight: 3 blocks of 4 warps per SM with 3 FP8 steps ahead each, or 2 blocks with 2
+  // bf16 steps ahead, keep ~100 KB of loads outstanding per SM (about 30 KB cover the latency).
+  static constexpr int kStages = kFp8 ? 4 : 3;
+  static constexpr int kWarps = 4;
+  static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
+  static constexpr int kSmemBytes = kWarps * kWarpBytes;
+  static constexpr int kMinBlocks = kSmemBytes <= 64 * 1024 ? 3 : 2;
+  static constexpr int kRowsPerPass = 32 / kChunks;  // rows one copy instruction of the warp covers
+  static constexpr int kPasses = kStep / kRowsPerPass;
+  static constexpr int kKChunks = kChunks / 4;        // K chunks a thread reads per row
+  static constexpr int kVWords = kRowBytes / 8 / 4;   // V words a thread reads per row
+  static_assert(kKChunks >= 1 && kVWords >= 2, "head dims 64 and 128");
+
+  __device__ static int swizzle(int row, int chunk) { return chunk ^ (row & kSwizzle); }
+  // The i-th K chunk of lane column t4: chunks {2 t4, 2 t4 + 1} (+8) put the two rows a quarter
+  // warp reads on opposite chunk parities, hence on disjoint banks after the swizzle.
+  __device__ static int k_chunk(int t4, int i) { return kChunks == 4 ? t4 : (i / 2) * 8 + 2 * t4 + (i % 2); }
+  // The d of the thread's v-th K value (q is loaded in this order).
+  __device__ static int k_dim(int t4, int v) { return k_chunk(t4, v / kValsPerChunk) * kValsPerChunk + v % kValsPerChunk; }
+  // The d of column n of output n-tile j: the V values thread n supplies for every token.
+  __device__ static int v_dim(int j, int n) {
+    if constexpr (kChunks == 4) {
+      return n * 8 + j;  // half a chunk each
+    } else {
+      return (n + 8 * (j / kValsPerChunk)) * kValsPerChunk + j % kValsPerChunk;
+    }
+  }
+  // Byte offset, within a row, of the thread's V bytes for n-tiles [w * 4 / kElemBytes, ...).
+  __device__ static int v_byte(int n, int word) {
+    if constexpr (kChunks == 4) {
+      return (n / 2) * 16 + (n % 2) * 8 + word * 4;  // before the swizzle of the chunk
+    } else {
+      return (n + 8 * (word / 4)) * 16 + (word % 4) * 4;
+    }
+  }
+};
+
+// Operand registers from staged bytes.
+template <DType kKv>
+__device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
+  if constexpr (kKv == DType::kFP8E4M3) {
+    return KvTraits<DType::kFP8E4M3>::cvt2_bits(two_bytes_low & 0xffffu);
+  } else {
+    return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
+  }
+}
+
+template <DType kKv, int kD>
+__global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
+    attention_decode_stream_kernel(const AttentionParams p) {
+  using L = DecodeStream<kKv, kD>;
+  constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
+  constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ float s_m[4][kMaxGroup], s_l[4][kMaxGroup];
+  static_assert(4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
+
+  const int split = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
+  const int q_begin = p.qo_indptr[b];
+  if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
+  const int kv_begin = p.kv_indptr[b];
+  const int kv_len = p.kv_indptr[b + 1] - kv_begin;
+  const int n_split = decode_splits_for(kv_len, p.num_splits);
+  if (split >= n_split) return;
+  const int chunk = ceil_div(kv_len, n_split);
+  const int start = split * chunk;
+  const int end = min(kv_len, start + chunk);
+
+  const int g = p.num_q_heads / p.num_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gid = lane / 4, t4 = lane % 4;
+  const int n_steps = ceil_div(max(end - start, 0), kStep);
+  const int my_steps = n_steps > warp ? (n_steps - warp + 3) / 4 : 0;
+
+  const unsigned char* k_pool = static_cast<const unsigned char*>(p.k_pool);
+  const unsigned char* v_pool = static_cast<const unsigned char*>(p.v_pool);
+  const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
+  const int64_t head_bytes = int64_t{h} * L::kRowBytes;
+  const int32_t* indices = p.kv_indices + kv_begin;
+  const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + warp * L::kWarpBytes;
+  const unsigned char* warp_ptr = smem + warp * L::kWarpBytes;
+
+  // The pool slot of row `lane` of this warp's step `it` (lanes 0..15; -1 past the end).
+  auto load_slot = [&](int it) {
+    const int t = start + (warp + 4 * it) * kStep + lane;
+    return it < my_steps && lane < kStep && t < end ? indices[t] : -1;
+  };
+  // Copies this warp's step `it` into its stage, then commits a group (an empty one past the
+  // last step, so that every lane always has committed the same number of groups).
+  auto issue = [&](int it, int my_slot) {
+    if (it < my_steps) {
+      const uint32_t stage = warp_smem + (it % kStages) * 2 * L::kTileBytes;
+      const int c = lane % L::kChunks;
+#pragma unroll
+      for (int pass = 0; pass < L::kPasses; ++pass) {
+        const int r = lane / L::kChunks + pass * L::kRowsPerPass;
+        const int slot = __shfl_sync(0xffffffffu, my_slot, r);
+        const int64_t off = (slot < 0 ? 0 : slot) * slot_bytes + head_bytes + c * 16;
+        const uint32_t at = r * L::kRowBytes + L::swizzle(r, c) * 16;
+        cp_async_16_zfill(stage + at, k_pool + off, slot >= 0);
+        cp_async_16_zfill(stage + L::kTileBytes + at, v_pool + off, slot >= 0);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // Q in the permuted d order of the K reads; rows 8..15 of the tile (and rows past g) are zero.
+  uint32_t qf[kD / 16][2];
+  {
+    const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
+#pragma unroll
+    for (int kc = 0; kc < kD / 16; ++kc) {
+      const int d0 = L::k_dim(t4, 4 * kc);
+      qf[kc][0] = gid < g ? q_operand<kF16>(qp + d0) : 0u;
+      qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
+    }
+  }
+  const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
+  float o[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // of row gid
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, load_slot(s));
+  int next_slot = load_slot(kStages - 1);  // read a step early: its latency hides under a step
+  for (int it = 0; it < my_steps; ++it) {
+    cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
+    __syncwarp();                  // ... and every lane's; step it - 1's stage is free again
+    issue(it + kStages - 1, next_slot);
+    next_slot = load_slot(it + kStages);
+    const int t0 = start + (warp + 4 * it) * kStep;
+    const unsigned char* s_k = warp_ptr + (it % kStages) * 2 * L::kTileBytes;
+    const unsigned char* s_v = s_k + L::kTileBytes;
+
+    // S = Q · K^T for the step's 16 tokens: n-tile nt holds tokens 8 nt + gid (B operand rows).
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int r = nt * 8 + gid;
+      uint32_t w[L::kKChunks * 4];
+#pragma unroll
+      for (int i = 0; i < L::kKChunks; ++i) {
+        const uint4 c = *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, i)) * 16);
+        w[4 * i] = c.x;
+        w[4 * i + 1] = c.y;
+        w[4 * i + 2] = c.z;
+        w[4 * i + 3] = c.w;
+      }
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int kc = 0; kc < kD / 16; ++kc) {
+        const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
+        if constexpr (L::kFp8) {
+          mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
+        } else {
+          mma_16816<kF16>(s[nt], a, w[2 * kc], w[2 * kc + 1]);
+        }
+      }
+    }
+    // Online softmax of row gid over the step; the quad's four lanes share the row.
+    float mx = m;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float v = t0 + nt * 8 + 2 * t4 + e < end ? s[nt][e] * sc : -INFINITY;
+        s[nt][e] = v;
+        mx = fmaxf(mx, v);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float corr = safe_exp2(m, mx);
+    m = mx;
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      o[j][0] *= corr;
+      o[j][1] *= corr;
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[nt][e] = safe_exp2(s[nt][e], mx);
+        l += s[nt][e];
+      }
+    }
+    // O += P · V: P's k index is the token (2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9), as S's columns.
+    const uint32_t a[4] = {pack_operand<kF16>(s[0][0], s[0][1]), 0u, pack_operand<kF16>(s[1][0], s[1][1]), 0u};
+    uint32_t vw[4][L::kVWords];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
+#pragma unroll
+    for (int q4 = 0; q4 < 4; ++q4) {
+      const int r = 2 * t4 + (q4 & 1) + (q4 >> 1) * 8;
+      const unsigned char* row = s_v + r * L::kRowBytes;
+      if constexpr (L::kVWords == 2) {  // FP8, head dim 64: 8 bytes
+        const int byte = L::v_byte(gid, 0);
+        const uint2 c = *reinterpret_cast<const uint2*>(row + L::swizzle(r, byte / 16) * 16 + byte % 16);
+        vw[q4][0] = c.x;
+        vw[q4][1] = c.y;
+      } else {
+#pragma unroll
+        for (int wd = 0; wd < L::kVWords; wd += 4) {
+          const int byte = L::v_byte(gid, wd);
+          const uint4 c = *reinterpret_cast<const uint4*>(row + L::swizzle(r, byte / 16) * 16);
+          vw[q4][wd] = c.x;
+          vw[q4][wd + 1] = c.y;
+          vw[q4][wd + 2] = c.z;
+          vw[q4][wd + 3] = c.w;
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      uint32_t b[2];
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {  // b0: tokens 2 t4, +1; b1: tokens 2 t4 + 8, +9
+        const uint32_t x = vw[2 * hi][j * L::kElemBytes / 4], y = vw[2 * hi + 1][j * L::kElemBytes / 4];
+        if constexpr (L::kFp8) {
+          const int byte = j % 4;  // the two tokens' bytes of value j, side by side
+          b[hi] = fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
+        } else {
+          b[hi] = __byte_perm(x, y, j % 2 ? 0x7632 : 0x5410);
+        }
+      }
+      mma_16816<kF16>(o[j], a, b[0], b[1]);
+    }
+  }
+  cp_async_wait<0>();
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  // Merge the four warps' states (row gid of each) through shared memory, un-permuting d.
+  __syncthreads();
+  float* s_o = reinterpret_cast<float*>(smem);  // [4][kMaxGroup][kD]
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+    float* dst = &s_o[(warp * kMaxGroup + gid) * kD];
+    dst[L::v_dim(j, 2 * t4)] = o[j][0];
+    dst[L::v_dim(j, 2 * t4 + 1)] = o[j][1];
+  }
+  if (t4 == 0) {
+    s_m[warp][gid] = m;
+    s_l[warp][gid] = l;
+  }
+  __syncthreads();
+  const float v_scale = p.v_scale[h];
+  for (int idx = threadIdx.x; idx < g * kD; idx += blockDim.x) {
+    const int j = idx / kD;
+    const int d = idx - j * kD;
+    float mx2 = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) mx2 = fmaxf(mx2, s_m[w][j]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float wt = safe_exp2(s_m[w][j], mx2);
+      sum += s_l[w][j] * wt;
+      acc += s_o[(w * kMaxGroup + j) * kD + d] * wt;
+    }
+    const float o_final = sum > 0.0f ? acc / sum : 0.0f;
+    const int hq = h * g + j;
+    if (n_split == 1) {
+      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] =
+          float_to_bf16_bits(o_final * v_scale);
+    } else {
+      const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
+      p.partial_o[row * kD + d] = o_final;
+      if (d == 0) p.partial_lse[row] = sum > 0.0f ? mx2 + log2f(sum) : -INFINITY;
+    }
+  }
+}
+
+template <DType kKv, int kD>
+void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int smem = DecodeStream<kKv, kD>::kSmemBytes;
+  // Once per instantiation, before any graph capture (the engine's warm-up runs every kernel).
+  static const bool configured = [] {
+    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_stream_kernel<kKv, kD>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_stream_kernel<kKv, kD>,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    return true;
+  }();
+  (void)configured;
+  const dim3 grid(p.num_splits, p.num_seqs, p.num_kv_heads);
+  attention_decode_stream_kernel<kKv, kD><<<grid, 128, smem, stream>>>(p);
+}
+
+template <DType kKv>
+void launch_decode_stream_typed(const AttentionParams& p, cudaStream_t stream) {
+  if (p.head_dim == 128) {
+    launch_decode_stream_kernel<kKv, 128>(p, stream);
+  } else {
+    launch_decode_stream_kernel<kKv, 64>(p, stream);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("attention_decode_stream_kernel");
+}
+
+}  // namespace serve8
