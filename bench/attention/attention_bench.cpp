@@ -3,7 +3,10 @@
 // bound). Every case is timed cold (the L2 is overwritten before each run) and checked: a sample of
 // its rows is recomputed by the CPU reference backend from the same KV bytes.
 //
-//   bench_attention [--out results.json] [--reps N] [--quick]
+//   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]...
+//
+// --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
+// several). SERVE8_CUDA_DECODE* variables (cuda_backend.cpp) pick the decode kernel and its splits.
 //
 // Grid (issue #4): Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
 // batch 1/16/64/256 over contexts 512..32768; prefill (q = kv) and extend (512 new tokens over a
@@ -29,7 +32,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "core/error.h"
-#include "read_ceiling.h"
+#include "bench_kernels.h"
 
 namespace serve8 {
 namespace {
@@ -49,7 +52,7 @@ struct Shape {
 constexpr double kMaxKvBytes = 48.0 * (1ull << 30);
 
 // Median milliseconds of fn over reps runs, each after the L2 was overwritten, timed with events
-// around fn alone.
+// around fn alone; a spin before the first event hides the host's launch latency (launch_spin).
 template <typename F>
 double time_cold_ms(cudaStream_t s, int reps, void* flush, size_t flush_bytes, F&& fn) {
   fn();  // warm-up: lazy plans and workspaces
@@ -59,6 +62,7 @@ double time_cold_ms(cudaStream_t s, int reps, void* flush, size_t flush_bytes, F
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     SERVE8_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+    launch_spin(100.0, s);
     SERVE8_CUDA_CHECK(cudaEventRecord(a, s));
     fn();
     SERVE8_CUDA_CHECK(cudaEventRecord(b, s));
@@ -149,7 +153,7 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
   ForwardBatch cb;
   cb.qo_indptr = {0, rows};
-  cb.kv_indptr = {0, kv_len - (q_len - rows)};  // the last `rows` queries see this much
+  cb.kv_indptr = {0, kv_len};  // the last `rows` queries: causal over the whole sequence
   for (int i = 0; i < cb.kv_indptr[1]; ++i) cb.kv_indices.push_back(i + 1);
   for (int i = 0; i < rows; ++i) {
     cb.tokens.push_back(1);
@@ -185,6 +189,7 @@ int run(int argc, char** argv) {
   std::string out_path = "attention_bench.json";
   int reps = 10;
   bool quick = false;
+  std::vector<std::string> filters;  // run only rows whose "heads kind shape kv" label holds one
   std::string command = "bench_attention";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -197,8 +202,11 @@ int run(int argc, char** argv) {
       command += std::string(" ") + argv[i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--filter" && i + 1 < argc) {
+      filters.push_back(argv[++i]);
+      command += std::string(" ") + argv[i];
     } else {
-      fail("bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick)", a);
+      fail("bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT...)", a);
     }
   }
   auto owner = create_backend("cuda");
@@ -257,13 +265,31 @@ int run(int argc, char** argv) {
                         {"skipped", "bf16 KV over 48 GiB"}});
         continue;
       }
+      const auto label = [&](DType dt) {
+        std::string s = h.name;
+        s += ' ';
+        s += sh.kind;
+        s += ' ';
+        s += shape;
+        s += ' ';
+        s += dtype_name(dt);
+        return s;
+      };
+      const auto wanted = [&](DType dt) {
+        if (filters.empty()) return true;
+        const std::string l = label(dt);
+        return std::any_of(filters.begin(), filters.end(), [&](const std::string& f) { return l.find(f) != l.npos; });
+      };
+      const DType kv_dtypes[] = {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3};
+      if (std::none_of(std::begin(kv_dtypes), std::end(kv_dtypes), wanted)) continue;
       const ForwardBatch fb = make_batch(sh, gen);
       const int64_t t = fb.num_tokens();
       Buffer q(be, static_cast<size_t>(t) * h.hq * h.d * 2), out(be, q.bytes());
       fill_random(be, s, q.data(), q.bytes(), DType::kBF16, gen);
       std::vector<uint16_t> q_host(static_cast<size_t>(t) * h.hq * h.d);
       be.copy_to_host(q_host.data(), q.data(), q.bytes());
-      for (DType dt : {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3}) {
+      for (DType dt : kv_dtypes) {
+        if (!wanted(dt)) continue;
         KvScales scales = KvScales::ones(1, h.hkv);
         if (dt == DType::kFP8E4M3) {  // per-head scales, so the folding into softmax and output is exercised
           for (int i = 0; i < h.hkv; ++i) {

@@ -16,7 +16,7 @@ __global__ void attention_merge_kernel(const AttentionParams p) {
   const int q_begin = p.qo_indptr[b];
   if (p.qo_indptr[b + 1] - q_begin != 1) return;
   const int kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
-  const int n = decode_splits_for(kv_len, p.num_splits);
+  const int n = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
   if (n <= 1) return;
   const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
   const int64_t row = int64_t{b} * p.num_q_heads + hq;

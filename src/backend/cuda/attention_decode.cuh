@@ -14,8 +14,8 @@
 namespace serve8 {
 
 // Splits of a sequence of kv_len tokens; the decode and merge kernels agree through this.
-__device__ __forceinline__ int decode_splits_for(int kv_len, int max_splits) {
-  const int n = ceil_div(kv_len, kDecodeMinChunk);
+__device__ __forceinline__ int decode_splits_for(int kv_len, int max_splits, int min_chunk) {
+  const int n = ceil_div(kv_len, min_chunk);
   return n < 1 ? 1 : (n < max_splits ? n : max_splits);
 }
 
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(const AttentionPa
   if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
   const int kv_begin = p.kv_indptr[b];
   const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits);
+  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
   if (split >= n_split) return;
   const int chunk = ceil_div(kv_len, n_split);
   const int start = split * chunk;

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
   if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
   const int kv_begin = p.kv_indptr[b];
   const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits);
+  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
   if (split >= n_split) return;
   const int chunk = ceil_div(kv_len, n_split);
   const int start = split * chunk;

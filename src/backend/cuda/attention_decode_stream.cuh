@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
   if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
   const int kv_begin = p.kv_indptr[b];
   const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits);
+  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
   if (split >= n_split) return;
   const int chunk = ceil_div(kv_len, n_split);
   const int start = split * chunk;
@@ -154,6 +154,15 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
     cp_async_commit();
   };
 
+  // The first steps' copies go out before anything else, so that q's load overlaps them. Page
+  // offsets are read a step early from then on: their latency hides under a step.
+  int slots[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) slots[s] = load_slot(s);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s, slots[s]);
+  int next_slot = slots[kStages - 1];
+
   // Q in the permuted d order of the K reads; rows 8..15 of the tile (and rows past g) are zero.
   uint32_t qf[kD / 16][2];
   {
@@ -171,9 +180,6 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
   for (int j = 0; j < kD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // of row gid
 
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s, load_slot(s));
-  int next_slot = load_slot(kStages - 1);  // read a step early: its latency hides under a step
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
     __syncwarp();                  // ... and every lane's; step it - 1's stage is free again

@@ -306,7 +306,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     // Enough blocks to fill the GPU several times over (a short tail); a function of (B, Hkv) only, so the grid of
     // a CUDA-graph bucket is fixed. Short sequences use fewer splits inside the kernel.
     const int base = batch.num_seqs * p.num_kv_heads;
-    const int target = 16 * props_.multiProcessorCount;
+    const int target = decode_blocks_per_sm_ * props_.multiProcessorCount;
+    p.split_min_chunk = decode_min_chunk_;
     p.num_splits = std::clamp((target + base - 1) / base, 1, kDecodeMaxSplits);
     if (p.num_splits > 1) {
       const size_t rows =

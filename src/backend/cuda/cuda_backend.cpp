@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
@@ -162,6 +163,13 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
     decode_kernel_ = v == "cuda-cores"     ? DecodeKernel::kCudaCores
                      : v == "tensor-cores" ? DecodeKernel::kTensorCores
                                            : DecodeKernel::kStream;
+  }
+  for (auto [name, value] : {std::pair{"SERVE8_CUDA_DECODE_BLOCKS_PER_SM", &decode_blocks_per_sm_},
+                             std::pair{"SERVE8_CUDA_DECODE_MIN_CHUNK", &decode_min_chunk_}}) {
+    if (const char* e = std::getenv(name)) {
+      *value = std::atoi(e);
+      SERVE8_CHECK(*value >= 1 && *value <= 1 << 20, "{}={}: expected a positive count", name, e);
+    }
   }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;

@@ -111,6 +111,8 @@ class CudaBackend final : public Backend {
   AttentionPlan plan_;
 
   DecodeKernel decode_kernel_ = DecodeKernel::kStream;
+  int decode_blocks_per_sm_ = kDecodeBlocksPerSm;
+  int decode_min_chunk_ = kDecodeMinChunk;
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials
   size_t split_workspace_bytes_ = 0;

@@ -1,6 +1,7 @@
-// Read-only ceiling kernels (read_ceiling.h). Each thread keeps kUnroll 16-byte loads in flight
-// and folds them into an XOR, so the compiler cannot drop a load and nothing but reading costs.
-#include "read_ceiling.h"
+// bench_attention's own kernels (bench_kernels.h). The read kernels keep kUnroll 16-byte loads in
+// flight per thread and fold them into an XOR, so the compiler cannot drop a load and nothing but
+// reading costs.
+#include "bench_kernels.h"
 
 namespace serve8 {
 namespace {
@@ -12,12 +13,12 @@ __device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w
 
 __global__ void stream_read_kernel(const uint4* __restrict__ src, size_t n, unsigned* sink) {
   unsigned acc = 0;
-  const size_t stride = size_t{gridDim.x} * kThreads * kUnroll;
-  for (size_t base = size_t{blockIdx.x} * kThreads * kUnroll + threadIdx.x; base < n; base += stride) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads * kUnroll;
+  for (size_t base = static_cast<size_t>(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < n; base += stride) {
     uint4 v[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const size_t i = base + size_t{u} * kThreads;
+      const size_t i = base + static_cast<size_t>(u) * kThreads;
       v[u] = i < n ? __ldcs(src + i) : uint4{};
     }
 #pragma unroll
@@ -56,7 +57,19 @@ __global__ void gather_read_kernel(const int32_t* __restrict__ kv_indptr, const 
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 }  // namespace
+
+void launch_spin(double us, cudaStream_t stream) {
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(us * 1000.0));
+}
 
 void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream) {
   int sms = 0, device = 0;

@@ -1,5 +1,6 @@
-// Read-only ceilings for the decode rows of bench_attention: how fast a kernel that does nothing
-// but read can move the same bytes, streamed or gathered by slot the way decode gathers them.
+// Kernels of bench_attention beside the ones it measures: read-only ceilings for its decode rows
+// (how fast a kernel that does nothing but read moves the same bytes, streamed or gathered by slot
+// the way decode gathers them), and a spin that keeps the GPU busy while the host enqueues.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,5 +17,10 @@ void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStrea
 // one block per (split, sequence, KV head) as they launch.
 void launch_gather_read(const int32_t* kv_indptr, const int32_t* kv_indices, const void* k_pool, const void* v_pool,
                         int num_seqs, int num_kv_heads, int row_bytes, int splits, unsigned* sink, cudaStream_t stream);
+
+// Spins one thread for about `us` microseconds (by %globaltimer): enqueued before the start event,
+// it lets the host enqueue the timed launches meanwhile, so host launch latency stays out of the
+// timing, as it does when the engine replays a CUDA graph.
+void launch_spin(double us, cudaStream_t stream);
 
 }  // namespace serve8
