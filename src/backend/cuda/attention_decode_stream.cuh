@@ -13,8 +13,9 @@
 // That needs no ldmatrix and no converted copy in shared memory because the head dimension is
 // permuted: a dot product does not care in which order d is summed, so for S = Q K^T each thread
 // reads whole 16-byte chunks of a K row and the query is loaded in the same permuted order; for
-// O = P V each thread owns a contiguous run of d for every token it multiplies (a byte pair from
-// two tokens makes one operand register), and the output columns are un-permuted at the end.
+// O^T = V^T P^T (d as MMA rows, heads as the 8 columns: half the MMAs of O = P V, whose 16 rows
+// would hold at most 8 heads) each thread owns a contiguous run of d for every token it multiplies
+// (a byte pair from two tokens makes one operand register), and d is un-permuted at the end.
 // Chunks are XOR-swizzled per row so that these reads are free of bank conflicts (head dim 128;
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
@@ -48,13 +49,13 @@ struct DecodeStream {
   static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
   static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
   static constexpr int kTileBytes = kStep * kRowBytes;
-  // Bytes in flight: 3 blocks of 4 warps per SM with 3 FP8 steps ahead each, or 2 blocks with 2
-  // bf16 steps ahead, keep ~100 KB of loads outstanding per SM (about 30 KB cover the latency).
-  static constexpr int kStages = kFp8 ? 4 : 3;
+  // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
+  // bf16 steps ahead, keep 128 KB of loads outstanding per SM (about 30 KB cover the latency).
+  static constexpr int kStages = 3;
   static constexpr int kWarps = 4;
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
   static constexpr int kSmemBytes = kWarps * kWarpBytes;
-  static constexpr int kMinBlocks = kSmemBytes <= 64 * 1024 ? 3 : 2;
+  static constexpr int kMinBlocks = kSmemBytes <= 56 * 1024 ? 4 : 2;
   static constexpr int kRowsPerPass = 32 / kChunks;  // rows one copy instruction of the warp covers
   static constexpr int kPasses = kStep / kRowsPerPass;
   static constexpr int kKChunks = kChunks / 4;        // K chunks a thread reads per row
@@ -67,7 +68,7 @@ struct DecodeStream {
   __device__ static int k_chunk(int t4, int i) { return kChunks == 4 ? t4 : (i / 2) * 8 + 2 * t4 + (i % 2); }
   // The d of the thread's v-th K value (q is loaded in this order).
   __device__ static int k_dim(int t4, int v) { return k_chunk(t4, v / kValsPerChunk) * kValsPerChunk + v % kValsPerChunk; }
-  // The d of column n of output n-tile j: the V values thread n supplies for every token.
+  // The d of value j of the V run of lane row n (gid): the rows of the O^T tiles, un-permuted at the end.
   __device__ static int v_dim(int j, int n) {
     if constexpr (kChunks == 4) {
       return n * 8 + j;  // half a chunk each
@@ -175,10 +176,13 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
     }
   }
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
-  float o[kD / 8][4];
+  // O^T = V^T · P^T (d as the MMA rows, heads as the 8 columns): half the MMAs and accumulators of
+  // O = P · V, whose 16 rows would hold at most 8 heads. ot[mt] holds rows d of m-tile mt
+  // (v_dim(2 mt, gid) and v_dim(2 mt + 1, gid)) for heads 2 t4 and 2 t4 + 1.
+  float ot[kD / 16][4];
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float m = -INFINITY, l = 0.0f;  // of row gid
+  for (int mt = 0; mt < kD / 16; ++mt) ot[mt][0] = ot[mt][1] = ot[mt][2] = ot[mt][3] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // of head (row) gid
 
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
@@ -230,10 +234,14 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
     const float corr = safe_exp2(m, mx);
     m = mx;
     l *= corr;
+    // This thread's output columns are heads 2 t4 and 2 t4 + 1: their quads' corrections.
+    const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t4), corr1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      o[j][0] *= corr;
-      o[j][1] *= corr;
+    for (int mt = 0; mt < kD / 16; ++mt) {
+      ot[mt][0] *= corr0;
+      ot[mt][1] *= corr1;
+      ot[mt][2] *= corr0;
+      ot[mt][3] *= corr1;
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -243,8 +251,9 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
         l += s[nt][e];
       }
     }
-    // O += P · V: P's k index is the token (2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9), as S's columns.
-    const uint32_t a[4] = {pack_operand<kF16>(s[0][0], s[0][1]), 0u, pack_operand<kF16>(s[1][0], s[1][1]), 0u};
+    // O^T += V^T · P^T. The k index is the token (2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9), as S's
+    // columns, so S's accumulators of head gid are P^T's operand for column gid as they are.
+    const uint32_t pb0 = pack_operand<kF16>(s[0][0], s[0][1]), pb1 = pack_operand<kF16>(s[1][0], s[1][1]);
     uint32_t vw[4][L::kVWords];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
@@ -267,34 +276,37 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
         }
       }
     }
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      uint32_t b[2];
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {  // b0: tokens 2 t4, +1; b1: tokens 2 t4 + 8, +9
-        const uint32_t x = vw[2 * hi][j * L::kElemBytes / 4], y = vw[2 * hi + 1][j * L::kElemBytes / 4];
-        if constexpr (L::kFp8) {
-          const int byte = j % 4;  // the two tokens' bytes of value j, side by side
-          b[hi] = fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
-        } else {
-          b[hi] = __byte_perm(x, y, j % 2 ? 0x7632 : 0x5410);
-        }
+    // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
+    const auto pair = [&](int q4, int u) -> uint32_t {
+      const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
+      if constexpr (L::kFp8) {
+        const int byte = u % 4;  // the two tokens' bytes of value u, side by side
+        return fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
+      } else {
+        return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);
       }
-      mma_16816<kF16>(o[j], a, b[0], b[1]);
+    };
+#pragma unroll
+    for (int mt = 0; mt < kD / 16; ++mt) {
+      const uint32_t a[4] = {pair(0, 2 * mt), pair(0, 2 * mt + 1), pair(2, 2 * mt), pair(2, 2 * mt + 1)};
+      mma_16816<kF16>(ot[mt], a, pb0, pb1);
     }
   }
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
 
-  // Merge the four warps' states (row gid of each) through shared memory, un-permuting d.
+  // Merge the four warps' states through shared memory, un-permuting d.
   __syncthreads();
   float* s_o = reinterpret_cast<float*>(smem);  // [4][kMaxGroup][kD]
 #pragma unroll
-  for (int j = 0; j < kD / 8; ++j) {
-    float* dst = &s_o[(warp * kMaxGroup + gid) * kD];
-    dst[L::v_dim(j, 2 * t4)] = o[j][0];
-    dst[L::v_dim(j, 2 * t4 + 1)] = o[j][1];
+  for (int mt = 0; mt < kD / 16; ++mt) {
+    float* head0 = &s_o[(warp * kMaxGroup + 2 * t4) * kD];
+    float* head1 = head0 + kD;
+    head0[L::v_dim(2 * mt, gid)] = ot[mt][0];
+    head1[L::v_dim(2 * mt, gid)] = ot[mt][1];
+    head0[L::v_dim(2 * mt + 1, gid)] = ot[mt][2];
+    head1[L::v_dim(2 * mt + 1, gid)] = ot[mt][3];
   }
   if (t4 == 0) {
     s_m[warp][gid] = m;
