@@ -47,7 +47,7 @@ struct AttentionParams {
   // Decode split-KV: up to num_splits blocks per (sequence, KV head); partials of sequence b,
   // split s, query head h at partial_o[((s * B + b) * Hq + h) * D], lse (log2 units) likewise.
   int num_splits = 1;
-  int split_min_chunk = 512;  // a split is worth a block from this many KV tokens (kDecodeMinChunk)
+  int split_min_chunk = 1024;  // a split is worth a block from this many KV tokens (kDecodeMinChunk)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
@@ -58,12 +58,13 @@ struct AttentionParams {
 };
 
 constexpr int kDecodeMaxSplits = 128;
-// Splits shorter than this many KV tokens are not worth a block of their own (default of
-// AttentionParams::split_min_chunk; SERVE8_CUDA_DECODE_MIN_CHUNK overrides it for experiments).
-constexpr int kDecodeMinChunk = 512;
-// Decode launches up to this many blocks per SM, split-KV filling what the batch leaves
-// (SERVE8_CUDA_DECODE_BLOCKS_PER_SM overrides it for experiments).
-constexpr int kDecodeBlocksPerSm = 4;
+// Split-KV: decode launches about kDecodeBlocksPerSm blocks per SM, splits filling what the batch
+// leaves, none shorter than kDecodeMinChunk tokens. With the stream kernel's 2 (bf16) or 4 (FP8)
+// resident blocks per SM that is at most one wave of long streams: the best of {2, 4, 8} x {256,
+// 512, 1024} on the H200 (bench/README.md); 16 x 128 (many short splits) was 15-20% slower.
+// SERVE8_CUDA_DECODE_BLOCKS_PER_SM and SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
+constexpr int kDecodeMinChunk = 1024;
+constexpr int kDecodeBlocksPerSm = 2;
 
 // The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected
 // by the backend before launching.
