@@ -95,6 +95,24 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKer
   }
 }
 
+int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel) {
+  if (kernel != DecodeKernel::kStream) return 0;
+  switch (kv_dtype) {
+    case DType::kBF16:
+      return decode_stream_blocks_per_sm<DType::kBF16>(head_dim);
+    case DType::kF16:
+      return decode_stream_blocks_per_sm<DType::kF16>(head_dim);
+    case DType::kFP8E5M2:
+      return decode_stream_blocks_per_sm<DType::kFP8E5M2>(head_dim);
+    case DType::kFP8E4M3:
+      return decode_stream_blocks_per_sm<DType::kFP8E4M3>(head_dim);
+    case DType::kF32:
+    case DType::kI32:
+      break;
+  }
+  return 0;
+}
+
 void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, PrefillKernel kernel, cudaStream_t stream) {
   const bool pipelined = kernel == PrefillKernel::kPipelined;
   if (p.num_work == 0) return;

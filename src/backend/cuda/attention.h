@@ -58,13 +58,15 @@ struct AttentionParams {
 };
 
 constexpr int kDecodeMaxSplits = 128;
-// Split-KV: decode launches about kDecodeBlocksPerSm blocks per SM, splits filling what the batch
-// leaves, none shorter than kDecodeMinChunk tokens. With the stream kernel's 2 (bf16) or 4 (FP8)
-// resident blocks per SM that is at most one wave of long streams: the best of {2, 4, 8} x {256,
-// 512, 1024} on the H200 (bench/README.md); 16 x 128 (many short splits) was 15-20% slower.
-// SERVE8_CUDA_DECODE_BLOCKS_PER_SM and SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
+// Split-KV: the stream kernel gets the fewest splits that keep its resident blocks busy
+// (decode_splits.h), none shorter than kDecodeMinChunk tokens (the kernel uses fewer on short
+// sequences). Long streams per block won on the H200: of {2, 4, 8} blocks per SM x {256, 512, 1024}
+// minimum tokens, 2 x 1024 (at most about one wave) was best, 16 x 128 15-20% slower
+// (bench/README.md). The comparison kernels launch kDecodeBlocksPerSm blocks per SM.
+// SERVE8_CUDA_DECODE_BLOCKS_PER_SM (a fixed target for every kernel) and
+// SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
 constexpr int kDecodeMinChunk = 1024;
-constexpr int kDecodeBlocksPerSm = 2;
+constexpr int kDecodeBlocksPerSm = 16;
 
 // The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected
 // by the backend before launching.
@@ -79,6 +81,9 @@ bool attention_fp32_path(int head_dim, int group);
 // into shared memory. kCudaCores (cuda-cores): FMAs and shuffles. The last two stay for comparison.
 enum class DecodeKernel { kStream, kTensorCores, kCudaCores };
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream);
+// Blocks of the decode kernel one SM holds at once (occupancy), for planning splits
+// (decode_splits.h); 0 for the comparison kernels, which keep a fixed blocks-per-SM target.
+int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list
 // must be cut in prefill_tile_rows(kernel) rows.

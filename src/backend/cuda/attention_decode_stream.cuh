@@ -340,20 +340,34 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
   }
 }
 
+// Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
+// engine's warm-up runs every kernel) and returns how many of its blocks an SM holds at once.
+template <DType kKv, int kD>
+int decode_stream_configure() {
+  constexpr int smem = DecodeStream<kKv, kD>::kSmemBytes;
+  static const int blocks_per_sm = [] {
+    const auto kernel = attention_decode_stream_kernel<kKv, kD>;
+    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    SERVE8_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    int n = 0;
+    SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem));
+    return n;
+  }();
+  return blocks_per_sm;
+}
+
 template <DType kKv, int kD>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
   constexpr int smem = DecodeStream<kKv, kD>::kSmemBytes;
-  // Once per instantiation, before any graph capture (the engine's warm-up runs every kernel).
-  static const bool configured = [] {
-    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_stream_kernel<kKv, kD>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_stream_kernel<kKv, kD>,
-                                           cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    return true;
-  }();
-  (void)configured;
+  decode_stream_configure<kKv, kD>();
   const dim3 grid(p.num_splits, p.num_seqs, p.num_kv_heads);
   attention_decode_stream_kernel<kKv, kD><<<grid, 128, smem, stream>>>(p);
+}
+
+template <DType kKv>
+int decode_stream_blocks_per_sm(int head_dim) {
+  return head_dim == 128 ? decode_stream_configure<kKv, 128>() : decode_stream_configure<kKv, 64>();
 }
 
 template <DType kKv>

@@ -6,6 +6,7 @@
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_splits.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
@@ -303,12 +304,17 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     launch_attention_prefill(p, kv.k.dtype, prefill_kernel_, stream_);
   }
   if (plan.has_decode) {
-    // Enough blocks to fill the GPU several times over (a short tail); a function of (B, Hkv) only, so the grid of
-    // a CUDA-graph bucket is fixed. Short sequences use fewer splits inside the kernel.
+    // A function of (B, Hkv) and the kernel only, so the grid of a CUDA-graph bucket is fixed; short sequences use
+    // fewer splits inside the kernel.
     const int base = batch.num_seqs * p.num_kv_heads;
-    const int target = decode_blocks_per_sm_ * props_.multiProcessorCount;
+    const int resident = decode_blocks_per_sm(kv.k.dtype, g.head_dim, decode_kernel_) * props_.multiProcessorCount;
     p.split_min_chunk = decode_min_chunk_;
-    p.num_splits = std::clamp((target + base - 1) / base, 1, kDecodeMaxSplits);
+    if (resident > 0 && decode_blocks_per_sm_ == 0) {
+      p.num_splits = plan_decode_splits(base, resident, kDecodeMaxSplits);
+    } else {
+      const int target = (decode_blocks_per_sm_ > 0 ? decode_blocks_per_sm_ : kDecodeBlocksPerSm) * props_.multiProcessorCount;
+      p.num_splits = std::clamp((target + base - 1) / base, 1, kDecodeMaxSplits);
+    }
     if (p.num_splits > 1) {
       const size_t rows =
           static_cast<size_t>(p.num_splits) * static_cast<size_t>(batch.num_seqs) * static_cast<size_t>(hq);

@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
   AttentionPlan plan_;
 
   DecodeKernel decode_kernel_ = DecodeKernel::kStream;
-  int decode_blocks_per_sm_ = kDecodeBlocksPerSm;
+  int decode_blocks_per_sm_ = 0;  // SERVE8_CUDA_DECODE_BLOCKS_PER_SM; 0: planned from occupancy
   int decode_min_chunk_ = kDecodeMinChunk;
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials
