@@ -1,10 +1,13 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
-#include <array>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "tokenizer/gguf_tokenizer.h"
+#include "tokenizer/hf_config.h"
+#include "tokenizer/hf_tokenizer_json.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
 namespace serve8 {
@@ -12,25 +15,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Tokenizer> load_sentencepiece(const fs::path& p) {
-  return std::make_unique<SentencePieceTokenizer>(p.string());
-}
-
-// A file a model directory may hold and how to load it, in order of preference. HF tokenizer.json
-// and GGUF vocabularies join this list when they are supported.
-struct TokenizerFile {
-  const char* name;
-  std::unique_ptr<Tokenizer> (*load)(const fs::path&);
-};
-
-constexpr std::array kTokenizerFiles = {
-    TokenizerFile{"tokenizer.model", &load_sentencepiece},
-};
-
-// Formats recognised by name but not loadable yet; the error says so instead of failing to parse.
-bool is_unsupported_format(const fs::path& p) {
-  const std::string ext = p.extension().string();
-  return p.filename() == "tokenizer.json" || ext == ".json" || ext == ".gguf";
+// A model directory: tokenizer.json first (HF's fast tokenizer, what transformers prefers), unless
+// it is a SentencePiece-style one (Llama-2's Metaspace) and tokenizer.model is there to serve.
+std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path json_path = dir / "tokenizer.json";
+  const fs::path model_path = dir / "tokenizer.model";
+  const bool has_model = fs::is_regular_file(model_path, ec);
+  if (fs::is_regular_file(json_path, ec)) {
+    const nlohmann::json file = read_json(json_path);
+    if (is_byte_level_tokenizer_json(file) || !has_model) return load_hf_bpe_tokenizer(file, json_path.string());
+    spdlog::debug("'{}' is not a byte-level BPE tokenizer; using '{}'", json_path.string(), model_path.string());
+  }
+  if (has_model) return std::make_unique<SentencePieceTokenizer>(model_path.string());
+  fail("no tokenizer found in '{}': looked for tokenizer.json and tokenizer.model", dir.string());
 }
 
 }  // namespace
@@ -45,22 +43,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   SERVE8_CHECK(fs::exists(status), "tokenizer path '{}' does not exist", dir_or_file);
+  if (fs::is_directory(status)) return load_from_directory(path);
 
-  if (fs::is_directory(status)) {
-    std::string looked_for;
-    for (const TokenizerFile& file : kTokenizerFiles) {
-      const fs::path candidate = path / file.name;
-      if (fs::is_regular_file(candidate, ec)) return file.load(candidate);
-      looked_for += looked_for.empty() ? file.name : std::string(", ") + file.name;
-    }
-    const bool has_json = fs::is_regular_file(path / "tokenizer.json", ec);
-    fail("no tokenizer found in '{}': looked for {}{}", dir_or_file, looked_for,
-         has_json ? " (tokenizer.json is there, but HF tokenizer.json files are not supported yet)" : "");
-  }
-
-  SERVE8_CHECK(!is_unsupported_format(path),
-               "tokenizer file '{}' is not supported yet: only SentencePiece models (tokenizer.model) load",
-               dir_or_file);
+  const std::string ext = path.extension().string();
+  if (ext == ".gguf") return load_gguf_tokenizer(dir_or_file);
+  if (ext == ".json") return load_hf_bpe_tokenizer(dir_or_file);
   // SentencePiece models carry no fixed extension, so any other file is tried as one.
   return std::make_unique<SentencePieceTokenizer>(dir_or_file);
 }

@@ -22,9 +22,10 @@ class Tokenizer {
   // for (Llama: a BOS in front, as HF's LlamaTokenizer with add_bos_token).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
 
-  // The text of `ids`, HF-style: one leading space is dropped at the very start of the output
-  // only. skip_special_tokens drops BOS/EOS/control and unknown ids; otherwise they appear as
-  // their piece text ("<s>"). Ids outside the vocabulary throw Error.
+  // The text of `ids`, as HF decodes them: SentencePiece vocabularies drop one leading space at
+  // the very start of the output only, byte-level ones keep every byte. skip_special_tokens drops
+  // BOS/EOS/control and unknown ids; otherwise they appear as their piece text ("<s>"). Bytes that
+  // are not UTF-8 come out as U+FFFD. Ids outside the vocabulary throw Error.
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const = 0;
 
   virtual int vocab_size() const = 0;
@@ -45,8 +46,9 @@ class Tokenizer {
   bool is_eos(int id) const;
 };
 
-// Loads the tokenizer at `dir_or_file`: a model directory (tokenizer.model is looked for) or a
-// tokenizer file. Throws Error naming the path and what was looked for when nothing fits.
+// Loads the tokenizer at `dir_or_file`: a model directory (tokenizer.json, else tokenizer.model),
+// a tokenizer.json, a .gguf file (its vocabulary) or a SentencePiece model file. Throws Error
+// naming the path and what was looked for when nothing fits.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file);
 
 }  // namespace serve8

@@ -37,15 +37,18 @@ enum class Scan { kComplete, kTruncated, kMalformed };
 
 // Checks the sequence at text[pos]; on kComplete sets `len` to its length, on kTruncated the
 // bytes present are a correct beginning that ends with the text.
+// Otherwise `len` is the length of the maximal subpart: the bytes that were a correct beginning.
 Scan scan_one(std::string_view text, std::size_t pos, std::size_t& len) {
   const auto lead = static_cast<uint8_t>(text[pos]);
   const int need = sequence_length(lead);
+  len = 1;
   if (need == 0) return Scan::kMalformed;
   for (int i = 1; i < need; ++i) {
     if (pos + i >= text.size()) return Scan::kTruncated;
     const auto b = static_cast<uint8_t>(text[pos + i]);
     const bool ok = i == 1 ? second_byte_ok(lead, b) : is_continuation(b);
     if (!ok) return Scan::kMalformed;
+    len = static_cast<std::size_t>(i + 1);
   }
   len = static_cast<std::size_t>(need);
   return Scan::kComplete;
@@ -91,6 +94,30 @@ std::size_t incomplete_utf8_suffix_length(std::string_view text) {
 std::string truncate_to_valid_utf8(std::string_view text) {
   bool truncated = false;
   return std::string(text.substr(0, valid_prefix_length(text, truncated)));
+}
+
+std::string replace_invalid_utf8(std::string_view text, bool per_byte) {
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  out.reserve(text.size());
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t len = 0;
+    const Scan s = scan_one(text, pos, len);
+    if (s == Scan::kComplete) {
+      out.append(text.substr(pos, len));
+    } else {
+      if (per_byte) len = 1;
+      out += kReplacement;
+    }
+    pos += len;
+  }
+  return out;
+}
+
+std::size_t first_invalid_utf8(std::string_view text) {
+  bool truncated = false;
+  return valid_prefix_length(text, truncated);
 }
 
 }  // namespace serve8

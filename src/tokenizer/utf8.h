@@ -20,4 +20,12 @@ std::size_t incomplete_utf8_suffix_length(std::string_view text);
 // sequence).
 std::string truncate_to_valid_utf8(std::string_view text);
 
+// `text` with each maximal ill-formed subsequence replaced by one U+FFFD (Unicode's recommended
+// practice, and what Rust's from_utf8_lossy and so HF's byte-level decoder do), or with one U+FFFD
+// per ill-formed byte (`per_byte`, what SentencePiece's decoder does).
+std::string replace_invalid_utf8(std::string_view text, bool per_byte = false);
+
+// Byte offset of the first ill-formed or truncated sequence, or text.size() when there is none.
+std::size_t first_invalid_utf8(std::string_view text);
+
 }  // namespace serve8

@@ -44,16 +44,17 @@ TEST(LoadTokenizer, DirectoryWithoutTokenizerSaysWhatWasLookedFor) {
   TempDir dir("empty_model_dir");
   const std::string msg = load_error(dir.str());
   EXPECT_NE(msg.find(dir.str()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tokenizer.model"), std::string::npos) << msg;
 }
 
-TEST(LoadTokenizer, TokenizerJsonIsNotSupportedYet) {
+TEST(LoadTokenizer, BrokenTokenizerJsonNamesItAndTheField) {
   TempDir dir("json_model_dir");
   dir.write("tokenizer.json", "{}");
   const std::string msg = load_error(dir.str());
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("not supported yet"), std::string::npos) << msg;
-  EXPECT_NE(load_error((dir.path() / "tokenizer.json").string()).find("not supported yet"), std::string::npos);
+  EXPECT_NE(msg.find("'model' is missing"), std::string::npos) << msg;
+  EXPECT_NE(load_error((dir.path() / "tokenizer.json").string()).find("'model' is missing"), std::string::npos);
 }
 
 TEST(LoadTokenizer, CorruptModelFileNamesIt) {

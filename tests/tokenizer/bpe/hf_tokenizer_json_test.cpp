@@ -1,0 +1,147 @@
+#include "tokenizer/hf_tokenizer_json.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "tokenizer/bpe/bpe_test_util.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/test_util.h"
+
+namespace serve8 {
+namespace {
+
+using nlohmann::json;
+using testing::bpe_golden_dir;
+using testing::TempDir;
+
+json gpt2_file() {
+  std::ifstream in(bpe_golden_dir() / "gpt2" / "tokenizer.json");
+  return json::parse(in);
+}
+
+// Loads `file` written into a fresh directory; returns the error message, or "" when it loaded.
+std::string load_error(const json& file) {
+  TempDir dir("bpe_json");
+  dir.write("tokenizer.json", file.dump());
+  try {
+    load_tokenizer(dir.str());
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << "the message does not name the file: " << msg;
+    return msg;
+  }
+  return "";
+}
+
+void expect_mentions(const std::string& msg, std::initializer_list<const char*> words) {
+  EXPECT_FALSE(msg.empty()) << "the file loaded";
+  for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+}
+
+TEST(HfTokenizerJson, LoadsBothMergeSpellings) {
+  json pairs = gpt2_file();
+  for (json& m : pairs["model"]["merges"]) {
+    const std::string s = m.get<std::string>();
+    m = json::array({s.substr(0, s.find(' ')), s.substr(s.find(' ') + 1)});
+  }
+  TempDir dir("bpe_pairs");
+  dir.write("tokenizer.json", pairs.dump());
+  const auto from_pairs = load_hf_bpe_tokenizer((dir.path() / "tokenizer.json").string());
+  const auto from_strings = load_hf_bpe_tokenizer((bpe_golden_dir() / "gpt2" / "tokenizer.json").string());
+  for (const std::string& text : testing::corpus())
+    EXPECT_EQ(from_pairs->encode(text, false), from_strings->encode(text, false));
+}
+
+TEST(HfTokenizerJson, MissingModel) {
+  json file = gpt2_file();
+  file.erase("model");
+  expect_mentions(load_error(file), {"'model' is missing"});
+  expect_mentions(load_error(json::object()), {"'model' is missing"});
+}
+
+TEST(HfTokenizerJson, UnsupportedComponentsAreNamed) {
+  json file = gpt2_file();
+  file["model"]["type"] = "Unigram";
+  expect_mentions(load_error(file), {"model.type", "Unigram", "only BPE"});
+
+  file = gpt2_file();
+  file["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "▁"}};
+  expect_mentions(load_error(file), {"pre_tokenizer", "Metaspace", "not supported"});
+
+  file = gpt2_file();
+  file["pre_tokenizer"] = {{"type", "Sequence"},
+                           {"pretokenizers", json::array({{{"type", "ByteLevel"}}, {{"type", "Whitespace"}}})}};
+  expect_mentions(load_error(file), {"pre_tokenizer.pretokenizers[1]", "Whitespace"});
+
+  file = gpt2_file();
+  file["normalizer"] = {{"type", "NFKC"}};
+  expect_mentions(load_error(file), {"normalizer", "NFKC"});
+
+  file = gpt2_file();
+  file["decoder"] = {{"type", "Metaspace"}};
+  expect_mentions(load_error(file), {"decoder", "Metaspace"});
+
+  file = gpt2_file();
+  file["post_processor"] = {{"type", "BertProcessing"}};
+  expect_mentions(load_error(file), {"post_processor", "BertProcessing"});
+
+  file = gpt2_file();
+  file["model"]["dropout"] = 0.1;
+  expect_mentions(load_error(file), {"model.dropout"});
+}
+
+TEST(HfTokenizerJson, MergesMustNameVocabularyEntries) {
+  json file = gpt2_file();
+  file["model"]["merges"].push_back("Ġzzq qqz");
+  expect_mentions(load_error(file), {"merge", "Ġzzq", "not in the vocabulary"});
+
+  file = gpt2_file();
+  file["model"]["merges"].push_back("a b c");
+  expect_mentions(load_error(file), {"model.merges[", "two tokens"});
+}
+
+TEST(HfTokenizerJson, BadRegexIsNamed) {
+  json file = gpt2_file();
+  file["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}, {"invert", false}};
+  expect_mentions(load_error(file), {"pre_tokenizer.pattern", "(unclosed"});
+  file["pre_tokenizer"]["behavior"] = "Sideways";
+  expect_mentions(load_error(file), {"pre_tokenizer.behavior", "Sideways"});
+}
+
+TEST(HfTokenizerJson, MalformedJsonNamesTheFile) {
+  TempDir dir("bpe_bad_json");
+  dir.write("tokenizer.json", "{ not json");
+  try {
+    load_tokenizer(dir.str());
+    FAIL() << "a malformed tokenizer.json loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfTokenizerJson, DirectoryPrefersByteLevelTokenizerJson) {
+  TempDir dir("bpe_both");
+  dir.link_llama2_model();
+  dir.write("tokenizer.json", gpt2_file().dump());
+  EXPECT_NE(dynamic_cast<BpeTokenizer*>(load_tokenizer(dir.str()).get()), nullptr);
+
+  // Llama-2's tokenizer.json is SentencePiece-style (Metaspace): its tokenizer.model serves.
+  json metaspace = gpt2_file();
+  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}};
+  metaspace["decoder"] = {{"type", "Metaspace"}};
+  TempDir sp_dir("bpe_metaspace");
+  sp_dir.link_llama2_model();
+  sp_dir.write("tokenizer.json", metaspace.dump());
+  EXPECT_NE(dynamic_cast<SentencePieceTokenizer*>(load_tokenizer(sp_dir.str()).get()), nullptr);
+}
+
+TEST(HfTokenizerJson, LoadsAFilePath) {
+  const auto tok = load_tokenizer((bpe_golden_dir() / "llama3" / "tokenizer.json").string());
+  EXPECT_EQ(tok->bos_id(), 0);  // the configs beside the file are read
+}
+
+}  // namespace
+}  // namespace serve8
