@@ -15,6 +15,8 @@
 #
 # With the device tool: run(command="scripts/gpu_test.sh run", carry=[".carry/gpu"]).
 # Extra arguments after `run` are passed to the test binary (e.g. --gtest_filter=...).
+# SERVE8_TORCH_CHECK=1 adds the PyTorch check of the attention kernels (torch_attention_check.txt
+# and .json in the logs); SERVE8_GPU_BENCH=0 skips the benchmarks.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,6 +105,21 @@ run() {
     timeout "${SERVE8_GPU_SANITIZE_TIMEOUT:-120}" "$cs" --tool memcheck --error-exitcode 3 \
       "$stage/bin/${tests[0]}" --gtest_filter="$SERVE8_GPU_SANITIZE" >"$logs/memcheck.txt" 2>&1 || rc=$?
     tail -5 "$logs/memcheck.txt"
+  fi
+  # SERVE8_TORCH_CHECK=1: PyTorch as an oracle independent of the CPU reference. The CUDA attention
+  # tests dump every case (inputs, pools as stored, GPU output; ~260 MB) and
+  # scripts/torch_attention_check.py recomputes them; the dumps are deleted after.
+  if [[ "${SERVE8_TORCH_CHECK:-0}" == 1 ]]; then
+    local dump="${TMPDIR:-/tmp}/attn_dump"
+    rm -rf "$dump"
+    SERVE8_ATTENTION_DUMP_DIR="$dump" timeout "${SERVE8_GPU_TEST_TIMEOUT:-300}" "$stage/bin/${tests[0]}" \
+      --gtest_filter='AllShapes/CudaAttentionTest.*' >"$logs/torch_check_gtest.txt" 2>&1 || rc=1
+    tail -3 "$logs/torch_check_gtest.txt"
+    du -sh "$dump" || true
+    python3 "$root/scripts/torch_attention_check.py" "$dump" --json "$logs/torch_attention_check.json" \
+      >"$logs/torch_attention_check.txt" 2>&1 || rc=1
+    grep -v '^ok ' "$logs/torch_attention_check.txt" | tail -40 || true
+    rm -rf "$dump"
   fi
   if [[ "${SERVE8_GPU_BENCH:-1}" == 1 ]]; then
     while read -r t; do

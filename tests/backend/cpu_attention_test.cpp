@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention_dump.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend_test_util.h"
 #include "core/error.h"
@@ -261,6 +262,13 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   const DeviceBatch batch = be->upload_batch(s.step);
   std::vector<float> out(s.q.size());
   be->attention(view_of(s.q, {t, hq, d}), l, batch, softmax_scale, view_of(out, {t, hq, d}));
+  // For scripts/torch_attention_check.py (checked here with its numpy path), when
+  // SERVE8_ATTENTION_DUMP_DIR is set; the bf16 case below is the CUDA tests' format.
+  std::string name = "cpu_group" + std::to_string(group);
+  name += "_d" + std::to_string(head_dim);
+  name += "_" + std::string(dtype_name(kv_t));
+  test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, s.step, softmax_scale,
+                            view_of(out, {t, hq, d}));
   const std::vector<double> want = attention_ref(s.q, l, s.step, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(out[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << "element " << i;
@@ -279,6 +287,7 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   // bf16 queries and output: the reference sees the same rounded queries; one bf16 rounding apart.
   HostArray qb(DType::kBF16, s.q), ob(DType::kBF16, s.q.size());
   be->attention(qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
+  test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, s.step, softmax_scale, ob.view({t, hq, d}));
   const std::vector<double> want_b = attention_ref(qb.values(), l, s.step, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(ob.get(i), want_b[i], std::max(1.0, std::abs(want_b[i])) / 128) << "element " << i;

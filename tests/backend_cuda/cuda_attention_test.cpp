@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "attention_scenario.h"
+#include "backend/attention_dump.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
@@ -78,6 +79,15 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
     const DeviceBatch gb = gpu_->upload_batch(s.step);
     gpu_->attention(dq.view({t, hq, d}), gl, gb, scale, out.view(DType::kBF16, {t, hq, d}));
     const HostArray got = to_host(*gpu_, out.data(), DType::kBF16, n);
+    {
+      // For scripts/torch_attention_check.py, when SERVE8_ATTENTION_DUMP_DIR is set.
+      std::string name = "cuda_D" + std::to_string(d);
+      name += "_G" + std::to_string(group);
+      name += "_" + std::string(dtype_name(dt));
+      name += "_b" + std::to_string(bi);
+      test::dump_attention_case(*gpu_, name, dq.view({t, hq, d}), gl, s.step, scale,
+                                out.view(DType::kBF16, {t, hq, d}));
+    }
     HostArray ref(DType::kF32, n);
     cpu_->attention(q.view({t, hq, d}), cl, cpu_->upload_batch(s.step), scale, ref.view({t, hq, d}));
     const double err = rel_error(got.values(), ref.values());
