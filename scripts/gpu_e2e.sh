@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_e2e.sh pack              here: build serve8 with CUDA, stage it with its non-CUDA
 #                                        shared libraries, the stories260K checkpoint and golden ids,
-#                                        configs, the Llama-2 tokenizer and the test clients' wheels
+#                                        configs, the Llama-2 tokenizer, ShareGPT prompts and the test
+#                                        clients' wheels; and the SmolLM2 GGUF in two parts (pack-gguf)
 #   scripts/gpu_e2e.sh run [STEP...]     there (device tool, carry [".carry/e2e"]); STEPs, default all:
 #     golden  stories260K greedy ids on the GPU (fp32 compute, generic head-dim-8 kernel) vs run.c's
 #     hf      logits and greedy ids vs HF transformers, 2-layer Llama-3-8B / Llama-2-7B / Llama-3.1-8B
@@ -13,7 +14,18 @@
 #     kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 KV against bf16 KV: mean KLD and top-1
 #     bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #     http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
+#     gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
+#             same file (gguf_file=), then fp16 / fp8_e5m2 / fp8_e4m3 KV vs bf16 KV (eval kld) on
+#             ShareGPT prompts, rows for docs/accuracy.md. Not in the default steps: see below.
 # Logs and results go to $OUT.
+#
+# The GGUF (98 MB; compressed 90 MB: Q4_1/Q8_0 data barely shrinks) cannot travel in one call
+# (64 MiB), so `pack` splits it: .carry/gguf_a (the first 58 MiB) and .carry/gguf_b (the rest, its
+# sha256 and the `gguf` wheel transformers needs). Two calls on one warm machine (it is given back
+# 30 s after a call, so make the second at once):
+#   1. carry [".carry/gguf_a"]:               bash scripts/gpu_e2e.sh stash-gguf
+#   2. carry [".carry/e2e", ".carry/gguf_b"]: bash scripts/gpu_e2e.sh run gguf
+# or set SERVE8_E2E_GGUF to the file where it is already there.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 E="$root/.carry/e2e"
@@ -38,6 +50,7 @@ pack() {
   cp "$shared/golden/stories260K/greedy.json" "$E/shared/golden/stories260K/"
   cp -r "$shared/models/llama2-tokenizer" "$E/shared/models/"
   cp "$shared"/configs/{llama-2-7b,llama-3-8b,llama-3.1-8b}.json "$E/shared/configs/"
+  mkdir -p "$E/shared/data/sharegpt" && cp "$shared/data/sharegpt/ShareGPT_V3_filtered_500.json" "$E/shared/data/sharegpt/"
   # pytest, requests and openai for the GPU machine's Python 3.12.
   local py="$root/.carry/pydeps"
   if [[ ! -f "$root/.carry/pydeps.tar.xz" ]]; then
@@ -48,11 +61,84 @@ pack() {
     tar -C "$root/.carry" -cJf "$root/.carry/pydeps.tar.xz" pydeps
   fi
   cp "$root/.carry/pydeps.tar.xz" "$E/"
+  pack_gguf
   git -C "$root" rev-parse HEAD >"$E/GIT_HASH"
   git -C "$root" diff --quiet HEAD || echo "(+ uncommitted changes)" >>"$E/GIT_HASH"
   # A call carries at most 64 MiB: one compressed archive.
   tar -C "$E" -cJf "$root/.carry/e2e.tar.xz" . && rm -rf "$E" && mkdir -p "$E" && mv "$root/.carry/e2e.tar.xz" "$E/"
   du -sh "$E"
+}
+
+pack_gguf() {
+  local g="${SERVE8_MODELS_DIR:-$root/.models}/SmolLM2-135M-Instruct.Q4_1.gguf" a="$root/.carry/gguf_a"
+  local b="$root/.carry/gguf_b"
+  [[ -f "$g" ]] || { echo "pack: $g is missing (scripts/setup.sh fetches it): no gguf step" >&2; return 0; }
+  rm -rf "$a" "$b" && mkdir -p "$a" "$b"
+  head -c $((58 << 20)) "$g" >"$a/part_a"
+  tail -c +$(((58 << 20) + 1)) "$g" >"$b/part_b"
+  (cd "$(dirname "$g")" && sha256sum "$(basename "$g")") >"$b/SHA256"
+  # transformers reads GGUF through the `gguf` package, which the GPU machine lacks (pure Python).
+  python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$b" \
+    "gguf==$(python3 -c 'import importlib.metadata as m; print(m.version("gguf"))' 2>/dev/null || echo 0.17.1)"
+  du -sh "$a" "$b"
+}
+
+# There (call 1 of the gguf step): keep the first part where the next call on this machine finds it.
+stash_gguf() {
+  mkdir -p /tmp/serve8-gguf && cp "$root/.carry/gguf_a/part_a" /tmp/serve8-gguf/ && ls -l /tmp/serve8-gguf
+}
+
+# The GGUF file: $SERVE8_E2E_GGUF, else the two parts joined and checked against their sha256.
+gguf_file() {
+  if [[ -n "${SERVE8_E2E_GGUF:-}" ]]; then echo "$SERVE8_E2E_GGUF"; return; fi
+  local b="$root/.carry/gguf_b" a="" name
+  for c in /tmp/serve8-gguf/part_a "$root/.carry/gguf_a/part_a"; do [[ -f "$c" ]] && a="$c" && break; done
+  [[ -n "$a" && -f "$b/part_b" ]] || {
+    echo "gguf: the model's parts are missing (part_a: ${a:-none}; $b/part_b): run stash-gguf first on this machine" >&2
+    return 1
+  }
+  name="$(awk '{print $2}' "$b/SHA256")"
+  mkdir -p /tmp/serve8-gguf
+  [[ -f "/tmp/serve8-gguf/$name" ]] || cat "$a" "$b/part_b" >"/tmp/serve8-gguf/$name"
+  (cd /tmp/serve8-gguf && sha256sum -c --quiet "$b/SHA256") >&2 || { echo "gguf: $name: sha256 mismatch" >&2; return 1; }
+  echo "/tmp/serve8-gguf/$name"
+}
+
+gguf() {
+  local g d=/tmp/hf_smollm2 o="$OUT/gguf" w="$OUT/kld"
+  g="$(gguf_file)" || { echo "gguf: no model, step skipped"; return; }
+  python3 -m pip install -q --no-index --no-deps --target /tmp/ggufpy "$root"/.carry/gguf_b/gguf-*.whl \
+    >>"$OUT/log.txt" 2>&1 && export PYTHONPATH="/tmp/ggufpy${PYTHONPATH:+:$PYTHONPATH}"
+  {
+    # (a) logits along transformers' greedy paths and free-running greedy ids, three text prompts.
+    if [[ -f "$d/forced.txt" ]] || python3 "$root/scripts/hf_compare.py" build-gguf "$g" "$d" >>"$OUT/log.txt" 2>&1; then
+      "$B" dump-logits --device cuda --model-path "$g" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
+        --greedy-tokens 32 --max-total-tokens 4096 --output "${o}_free" >>"$OUT/log.txt" 2>&1 &&
+        "$B" dump-logits --device cuda --model-path "$g" --prompts-file "$d/forced.txt" --decode-tokens 32 \
+          --greedy-tokens 0 --max-total-tokens 4096 --output "${o}_forced" >>"$OUT/log.txt" 2>&1 &&
+        python3 "$root/scripts/hf_compare.py" compare "$d" "${o}_free" "${o}_forced" 2>>"$OUT/log.txt" ||
+        echo "gguf: dump-logits or the comparison failed (see log.txt)"
+      rm -f "$OUT"/gguf_*.npy
+    else
+      echo "gguf: transformers could not load $g (see log.txt)"
+    fi
+    # (b) each KV dtype against bf16 KV: 100 ShareGPT prompts to calibrate e4m3 on, 400 to score.
+    mkdir -p "$w"
+    python3 - "$E/shared/data/sharegpt/ShareGPT_V3_filtered_500.json" "$w" <<'PY'
+import json, sys
+texts = [c["value"] for x in json.load(open(sys.argv[1])) for c in x["conversations"]]
+open(f"{sys.argv[2]}/calib.txt", "w").write("\n\n".join(texts[:100]))
+open(f"{sys.argv[2]}/eval.txt", "w").write("\n\n".join(texts[100:]))
+PY
+    "$B" calibrate --device cuda --model-path "$g" --text "$w/calib.txt" --context 512 --max-total-tokens 16384 \
+      --granularity per-head --output "$w/scales.json" >>"$OUT/log.txt" 2>&1 || echo "gguf: calibrate failed (see log.txt)"
+    for kv in "fp16" "fp8_e5m2" "fp8_e4m3" "fp8_e4m3 --quantization-param-path $w/scales.json"; do
+      # shellcheck disable=SC2086  # kv holds the dtype and, for the last row, its scales
+      "$B" eval kld --device cuda --model-path "$g" --text "$w/eval.txt" --context 512 \
+        --reference-kv-cache-dtype bf16 --output-file "$OUT/accuracy_smollm2.jsonl" --kv-cache-dtype $kv \
+        2>>"$OUT/log.txt" | grep -E "^KV|Mean|99.0|Same|PPL|RMS" || echo "gguf: eval kld --kv-cache-dtype $kv failed"
+    done
+  } | tee "$OUT/gguf_summary.txt"
 }
 
 golden() {
@@ -142,6 +228,8 @@ http() {
 
 case "${1:-}" in
   pack) pack ;;
+  pack-gguf) pack_gguf ;;
+  stash-gguf) stash_gguf ;;
   run)
     shift
     # The device tool brings back only a few files from $OUT: work elsewhere, then put one archive
@@ -166,5 +254,6 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$final/results.tgz" .
     cp "$OUT"/*_summary.txt "$final/" 2>/dev/null || true
     ;;
-  *) echo "usage: scripts/gpu_e2e.sh pack | run [golden|hf|bench|http ...]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_e2e.sh pack | pack-gguf | stash-gguf | run [golden|hf|hf32|kvfp8|bench|http|gguf ...]" >&2
+     exit 2 ;;
 esac

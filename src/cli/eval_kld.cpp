@@ -1,9 +1,9 @@
 // `serve8 eval kld`: how far a KV dtype moves the model's predictions from a reference KV dtype,
 // as llama.cpp's --kl-divergence reports it. One model, two KV pools: every step runs once per
 // pool with the same tokens. The text is cut into chunks of --context tokens (a new chunk every
-// --stride, each document on its own, each chunk led by BOS); in each, the first half is prefilled and the second half
-// is fed one token per decode step (teacher forcing), and every prediction of the second half is scored: its attention
-// reads the quantized pool, as a served request's decode steps do.
+// --stride, each document on its own, each chunk led by BOS where the model takes one); in each, the first half is
+// prefilled and the second half is fed one token per decode step (teacher forcing), and every prediction of the second
+// half is scored: its attention reads the quantized pool, as a served request's decode steps do.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -80,8 +80,10 @@ int run_eval_kld(EvalKldArgs a) {
   const std::vector<std::vector<int32_t>> docs =
       read_documents("eval kld", a.text_file, a.ids_file, e.tokenizer.get(), false);
   // Chunks of each document, each led by BOS, as llama.cpp's perplexity does: a model trained on
-  // documents that start with it is lost mid-text without it.
-  const int bos = e.model->config().bos_token_id;
+  // documents that start with it is lost mid-text without it. A tokenizer that puts none in front
+  // of a text (SmolLM2, Qwen2: their BOS id is a chat marker) says the model was not.
+  int bos = e.model->config().bos_token_id;
+  if (!a.text_file.empty() && e.tokenizer->encode("", true).empty()) bos = -1;
   std::vector<std::vector<int32_t>> chunks;
   size_t num_tokens = 0;
   for (const std::vector<int32_t>& doc : docs) {

@@ -1,6 +1,6 @@
 // `serve8 serve`: the engine behind an HTTP server (SGLang's and OpenAI's APIs) until SIGINT or
-// SIGTERM. With no --model-path it serves a built-in tiny dummy-weight Llama, so the server can be
-// tried (and tested) with no checkpoint at hand.
+// SIGTERM. With no --model-path it serves SmolLM2-135M-Instruct where scripts/setup.sh fetched it,
+// else a built-in tiny dummy-weight Llama, so the server can be tried with no checkpoint at hand.
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -36,9 +36,19 @@ std::string last_path_component(std::string path) {
 
 int run_serve(ServeArgs a) {
   if (a.engine.model_path.empty()) {
+    if (std::string path = find_default_model(); !path.empty()) {
+      spdlog::info("no --model-path: serving the default model, SmolLM2-135M-Instruct, from {}", path);
+      a.engine.model_path = std::move(path);
+    } else {
+      spdlog::warn("no --model-path, and {} is not in $SERVE8_MODELS_DIR or .models (scripts/setup.sh fetches it)",
+                   kDefaultModelFile);
+      a.engine.model_path = kBuiltinTinyLlamaPath;
+    }
+  }
+  if (is_builtin_model_path(a.engine.model_path)) {
     default_to_builtin_model(a.engine);
     spdlog::warn(
-        "no --model-path: serving the BUILT-IN tiny Llama ({}): 2 layers, hidden 128, vocab 32000, DUMMY "
+        "serving the BUILT-IN tiny Llama ({}): 2 layers, hidden 128, vocab 32000, DUMMY "
         "(random) weights, so its output is noise; tokenizer: {}. Pass --model-path DIR to serve a real model.",
         kBuiltinTinyLlamaPath,
         a.engine.tokenizer_path.empty() ? "none found (../shared/models/llama2-tokenizer), token ids only"

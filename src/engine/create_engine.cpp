@@ -122,8 +122,10 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tok_path = args.tokenizer_path;
   if (tok_path.empty()) {
+    // A GGUF file carries its own vocabulary; a config.json or checkpoint file looks beside itself.
     std::filesystem::path p(args.model_path);
-    tok_path = std::filesystem::is_directory(p) ? p.string() : p.parent_path().string();
+    const bool beside = !std::filesystem::is_directory(p) && p.extension() != ".gguf";
+    tok_path = beside ? p.parent_path().string() : p.string();
   }
   try {
     tokenizer = load_tokenizer(tok_path);

@@ -232,6 +232,8 @@ void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
     const std::vector<ChatMessage> messages = chat_messages(body);
     if (ctx.tokenizer() == nullptr)
       throw_invalid("messages", "This model has no tokenizer, so it cannot serve chat; use /generate with input_ids");
+    if (!ctx.tokenizer()->has_chat_template())
+      throw_invalid("messages", "This model has no chat template; use /v1/completions");
     GenerationInput in;
     try {
       in.input_ids = ctx.tokenizer()->encode_chat(messages, true);

@@ -200,8 +200,13 @@ std::vector<int32_t> BpeTokenizer::encode_chat(const std::vector<ChatMessage>& m
   return encode_segments(chat_template().render(messages, add_generation_prompt));
 }
 
-void BpeTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template) {
+void BpeTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template,
+                                     const std::vector<int>& end_of_turn_ids) {
   SERVE8_CHECK(chat_template != nullptr, "a tokenizer needs a chat template");
+  for (int id : end_of_turn_ids) {
+    check_id(id);
+    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+  }
   chat_template_ = std::move(chat_template);
 }
 

@@ -51,6 +51,7 @@ class BpeTokenizer final : public Tokenizer {
   std::string id_to_piece(int id) const override;
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
+  bool has_chat_template() const override { return chat_template_ != nullptr; }
 
   // The ids of rendered chat segments (what encode_chat does after rendering): consecutive
   // segments are one text, added tokens count only where they lie wholly in trusted segments.
@@ -61,9 +62,10 @@ class BpeTokenizer final : public Tokenizer {
   const std::string& eos_token() const { return spec_.eos_token; }
   const std::string& chat_template_source() const { return spec_.chat_template; }
   bool is_special(int id) const;
-  // The tokenizer files carry a Jinja template (chat_template_source); the caller compiles it and
-  // sets it here. Until then the chat calls throw.
-  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template);
+  // The tokenizer files carry a Jinja template (chat_template_source); load_tokenizer compiles it
+  // and sets it here. Until then the chat calls throw.
+  // end_of_turn_ids: the ids the format closes a turn with, which end generation as EOS does.
+  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template, const std::vector<int>& end_of_turn_ids = {});
 
  private:
   using Accept = AddedTokenMatcher::Accept;

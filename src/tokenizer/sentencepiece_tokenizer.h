@@ -30,6 +30,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string id_to_piece(int id) const override;
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
+  bool has_chat_template() const override { return true; }  // Llama-2's unless replaced
 
   int eos_id() const { return eos_id_; }  // the model's own EOS, the one closing chat turns
   bool add_bos_token() const { return add_bos_token_; }

@@ -44,6 +44,7 @@ class SpmBpeTokenizer final : public Tokenizer {
   std::string id_to_piece(int id) const override;
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
+  bool has_chat_template() const override { return chat_template_ != nullptr; }
 
   // As BpeTokenizer::encode_segments: control pieces ("<s>") count only in trusted text.
   std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const;
@@ -51,7 +52,8 @@ class SpmBpeTokenizer final : public Tokenizer {
   const std::string& bos_token() const;
   const std::string& eos_token() const;
   const std::string& chat_template_source() const { return spec_.chat_template; }
-  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template);
+  // end_of_turn_ids: the ids the format closes a turn with, which end generation as EOS does.
+  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template, const std::vector<int>& end_of_turn_ids = {});
 
  private:
   // One SentencePiece encode call: escaping, dummy prefix, user-defined pieces, BPE.

@@ -8,7 +8,9 @@
 #include "tokenizer/gguf_tokenizer.h"
 #include "tokenizer/hf_config.h"
 #include "tokenizer/hf_tokenizer_json.h"
+#include "tokenizer/jinja_chat_template.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
+#include "tokenizer/spm_bpe_tokenizer.h"
 
 namespace serve8 {
 namespace {
@@ -31,14 +33,63 @@ std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
   fail("no tokenizer found in '{}': looked for tokenizer.json and tokenizer.model", dir.string());
 }
 
-}  // namespace
-
-bool Tokenizer::is_eos(int id) const {
-  const std::vector<int> eos = eos_ids();
-  return std::find(eos.begin(), eos.end(), id) != eos.end();
+// The special token a chat format closes an assistant turn with (<|im_end|>, <|eot_id|>,
+// <end_of_turn>, </s>): the first id of the template text right after an assistant message's
+// content. A model ends its reply with it, so it must stop generation even where the files name
+// another EOS (a ChatML model whose eos_token is <|endoftext|>).
+template <class Tok>
+std::vector<int> end_of_turn_ids(const Tok& tok, const ChatTemplate& chat) {
+  constexpr std::string_view kReply = "OK";
+  std::vector<ChatSegment> segments;
+  try {
+    segments = chat.render({{"user", "Hi"}, {"assistant", std::string(kReply)}}, false);
+  } catch (const Error&) {
+    return {};  // a template that wants another conversation shape: its EOS alone ends a reply
+  }
+  for (std::size_t i = segments.size(); i-- > 1;) {
+    const ChatSegment& prev = segments[i - 1];
+    if (prev.trusted || !prev.text.ends_with(kReply)) continue;
+    if (!segments[i].trusted) return {};
+    const auto first = segments[i].text.find_first_not_of(" \t\n");
+    if (first == std::string::npos) return {};
+    const std::vector<ChatSegment> closing = {ChatSegment{.text = segments[i].text.substr(first), .trusted = true}};
+    const std::vector<int32_t> ids = tok.encode_segments(closing);
+    if (!ids.empty() && tok.is_special(ids[0])) return {ids[0]};
+    return {};
+  }
+  return {};
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
+// Compiles the Jinja template the tokenizer's files carry and sets it, with HF's special-token
+// variables; a template serve8 cannot parse leaves chat off rather than failing the whole model.
+template <class Tok>
+void use_files_chat_template(Tok& tok, const std::string& path) {
+  const std::string& source = tok.chat_template_source();
+  if (source.empty()) {
+    spdlog::info("'{}' carries no chat template: /v1/chat/completions is refused, completions work", path);
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> special_tokens;
+  if (!tok.bos_token().empty()) special_tokens.emplace_back("bos_token", tok.bos_token());
+  if (!tok.eos_token().empty()) special_tokens.emplace_back("eos_token", tok.eos_token());
+  std::unique_ptr<ChatTemplate> chat;
+  try {
+    chat = std::make_unique<JinjaChatTemplate>(source, special_tokens);
+  } catch (const Error& e) {
+    spdlog::warn("'{}': its chat template does not compile, so chat requests are refused: {}", path, e.what());
+    return;
+  }
+  const std::vector<int> end_of_turn = end_of_turn_ids(tok, *chat);
+  tok.set_chat_template(std::move(chat), end_of_turn);
+  std::string stops;
+  for (int id : tok.eos_ids()) {
+    if (!stops.empty()) stops += ", ";
+    stops += fmt::format("{} {}", id, tok.id_to_piece(id));
+  }
+  spdlog::info("chat template: the Jinja template of '{}'; generation stops at {}", path, stops);
+}
+
+std::unique_ptr<Tokenizer> load_vocabulary(const std::string& dir_or_file) {
   const fs::path path(dir_or_file);
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
@@ -50,6 +101,27 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
   if (ext == ".json") return load_hf_bpe_tokenizer(dir_or_file);
   // SentencePiece models carry no fixed extension, so any other file is tried as one.
   return std::make_unique<SentencePieceTokenizer>(dir_or_file);
+}
+
+}  // namespace
+
+bool Tokenizer::is_eos(int id) const {
+  const std::vector<int> eos = eos_ids();
+  return std::find(eos.begin(), eos.end(), id) != eos.end();
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
+  std::unique_ptr<Tokenizer> tok = load_vocabulary(dir_or_file);
+  if (auto* bpe = dynamic_cast<BpeTokenizer*>(tok.get())) use_files_chat_template(*bpe, dir_or_file);
+  if (auto* spm = dynamic_cast<SpmBpeTokenizer*>(tok.get())) {
+    // As for tokenizer.model files: a SentencePiece vocabulary with no template gets Llama-2's.
+    if (spm->chat_template_source().empty()) {
+      spm->set_chat_template(std::make_unique<Llama2ChatTemplate>());
+    } else {
+      use_files_chat_template(*spm, dir_or_file);
+    }
+  }
+  return tok;
 }
 
 }  // namespace serve8

@@ -42,13 +42,20 @@ class Tokenizer {
   // The chat prompt as ids, BOS/EOS inserted as ids between turns: what the server feeds the model.
   virtual std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages,
                                            bool add_generation_prompt) const = 0;
+  // Whether the chat calls can work: false for a vocabulary whose files carry no chat template
+  // (a base model), which then serves completions only.
+  virtual bool has_chat_template() const = 0;
 
   bool is_eos(int id) const;
 };
 
 // Loads the tokenizer at `dir_or_file`: a model directory (tokenizer.json, else tokenizer.model),
 // a tokenizer.json, a .gguf file (its vocabulary) or a SentencePiece model file. Throws Error
-// naming the path and what was looked for when nothing fits.
+// naming the path and what was looked for when nothing fits. The chat template the files carry
+// (tokenizer_config.json's chat_template, GGUF's tokenizer.chat_template) is compiled and set, and
+// the token it closes an assistant turn with ends generation too; one that does not compile is
+// logged and leaves the tokenizer without chat. SentencePiece vocabularies without a template
+// (tokenizer.model, GGUF "llama") use the Llama-2 format.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file);
 
 }  // namespace serve8

@@ -3,7 +3,8 @@
 SERVE8_BIN names the serve8 binary (ctest sets it); SERVE8_SHARED_DIR the shared data folder
 (default: ../shared beside the checkout). Two models are used: stories260K converted from
 llama2.c (no tokenizer: token ids only) and the built-in tiny dummy-weight Llama with the
-Llama-2 tokenizer (text).
+Llama-2 tokenizer (text), named explicitly (serve's own default is SmolLM2-135M-Instruct where
+scripts/setup.sh fetched it; test_smollm2.py serves that).
 
 The same tests run against a server on the GPU (scripts/gpu_e2e.sh): SERVE8_TEST_SERVER_ARGS is
 added to every server's arguments where the test does not set those flags itself (e.g. "--device
@@ -178,7 +179,8 @@ def start_server(tmp_path_factory):
 
     def start(args, api_key=None):
         if "--model-path" not in args:
-            args = shlex.split(os.environ.get("SERVE8_TEST_TEXT_MODEL", "")) + list(args)
+            text_model = os.environ.get("SERVE8_TEST_TEXT_MODEL") or "--model-path builtin:tiny-llama"
+            args = shlex.split(text_model) + list(args)
         args = with_defaults(list(args), shlex.split(os.environ.get("SERVE8_TEST_SERVER_ARGS", "")))
         s = Server(args + (["--api-key", api_key] if api_key else []),
                    logs / f"server{len(servers)}.log", api_key=api_key)

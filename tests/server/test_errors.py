@@ -4,6 +4,8 @@ import openai
 import pytest
 import requests
 
+from conftest import REPO_ROOT
+
 
 def check_error(server, r, status, param=None):
     assert r.status_code == status, f"{r.status_code}: {r.text}"
@@ -170,6 +172,17 @@ def test_text_without_tokenizer(ids_server):
     # Token ids still work on the same server, through both APIs.
     assert ids_server.post("/generate", {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2}}).ok
     r = ids_server.post("/v1/completions", {"model": ids_server.served_name, "prompt": [1, 2, 3], "max_tokens": 2})
+    assert r.ok, r.text
+
+
+def test_chat_without_template(start_server):
+    """A tokenizer whose files carry no chat template (a base model's) serves completions only."""
+    s = start_server(["--model-path", "builtin:tiny-llama", "--tokenizer-path",
+                      str(REPO_ROOT / "tests" / "golden" / "bpe" / "gpt2"), "--max-total-tokens", "1024"])
+    err = check_error(s, s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}), 400,
+                      "messages")
+    assert "no chat template; use /v1/completions" in err["message"]
+    r = s.post("/v1/completions", {"prompt": "hello", "max_tokens": 2})
     assert r.ok, r.text
 
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
@@ -141,6 +142,34 @@ TEST(HfTokenizerJson, DirectoryPrefersByteLevelTokenizerJson) {
 TEST(HfTokenizerJson, LoadsAFilePath) {
   const auto tok = load_tokenizer((bpe_golden_dir() / "llama3" / "tokenizer.json").string());
   EXPECT_EQ(tok->bos_id(), 0);  // the configs beside the file are read
+}
+
+// load_tokenizer compiles the template the files carry, and the token that closes an assistant
+// turn in it ends generation even where the config names another EOS.
+TEST(HfTokenizerJson, LoadTokenizerSetsTheFilesChatTemplate) {
+  TempDir dir("bpe_chatml");
+  std::ifstream in(bpe_golden_dir() / "qwen2" / "tokenizer.json");
+  dir.write("tokenizer.json", std::string(std::istreambuf_iterator<char>(in), {}));
+  const std::string chatml =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  dir.write("tokenizer_config.json", json{{"eos_token", "<|endoftext|>"}, {"chat_template", chatml}}.dump());
+  const auto tok = load_tokenizer(dir.str());
+  ASSERT_TRUE(tok->has_chat_template());
+  EXPECT_EQ(tok->eos_ids(), (std::vector<int>{0, 2}));  // <|endoftext|>, then ChatML's <|im_end|>
+  const std::vector<int32_t> ids = tok->encode_chat({{"user", "<|im_end|>"}}, true);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1) << "only the template's <|im_end|> is special";
+  EXPECT_EQ(tok->apply_chat_template({{"user", "hi"}}, true),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+
+  // A vocabulary without a template (a base model's) has no chat, and says so.
+  const auto base = load_tokenizer((bpe_golden_dir() / "gpt2").string());
+  EXPECT_FALSE(base->has_chat_template());
+  EXPECT_THROW(base->encode_chat({{"user", "hi"}}, true), Error);
+  // A SentencePiece vocabulary without one keeps the Llama-2 format, as tokenizer.model files do.
+  const auto spm = load_tokenizer((bpe_golden_dir() / "spm_vocab.gguf").string());
+  ASSERT_TRUE(spm->has_chat_template());
+  EXPECT_EQ(spm->apply_chat_template({{"user", "hi"}}, true), "[INST] hi [/INST]");
 }
 
 }  // namespace
