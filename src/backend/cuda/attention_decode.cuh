@@ -19,6 +19,69 @@ __device__ __forceinline__ int decode_splits_for(int kv_len, int max_splits, int
   return n < 1 ? 1 : (n < max_splits ? n : max_splits);
 }
 
+// What block (split, sequence, KV head) of a decode launch covers: tokens [start, end) of the
+// sequence's KV. decode_block is false for blocks with nothing to do (the sequence is a prefill
+// row, for the prefill kernel, or too short to use this split).
+struct DecodeBlock {
+  int split, b, h, q_begin, kv_begin, n_split, start, end;
+};
+
+__device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlock& w) {
+  w.split = blockIdx.x;
+  w.b = blockIdx.y;
+  w.h = blockIdx.z;
+  w.q_begin = p.qo_indptr[w.b];
+  if (p.qo_indptr[w.b + 1] - w.q_begin != 1) return false;
+  w.kv_begin = p.kv_indptr[w.b];
+  const int kv_len = p.kv_indptr[w.b + 1] - w.kv_begin;
+  w.n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
+  if (w.split >= w.n_split) return false;
+  const int chunk = ceil_div(kv_len, w.n_split);
+  w.start = w.split * chunk;
+  w.end = min(kv_len, w.start + chunk);
+  return true;
+}
+
+// Element d of query head j (of the block's group of g) from its normalized output o and
+// log-sum-exp (log2 units): the final bf16 output (v_scale applied) when the sequence did not
+// split, else the split's partial for attention_merge_kernel.
+template <int kD>
+__device__ __forceinline__ void decode_write(const AttentionParams& p, const DecodeBlock& w, int g, int j, int d,
+                                             float o, float lse, float v_scale) {
+  const int hq = w.h * g + j;
+  if (w.n_split == 1) {
+    static_cast<uint16_t*>(p.out)[(int64_t{w.q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o * v_scale);
+  } else {
+    const int64_t row = (int64_t{w.split} * p.num_seqs + w.b) * p.num_q_heads + hq;
+    p.partial_o[row * kD + d] = o;
+    if (d == 0) p.partial_lse[row] = lse;
+  }
+}
+
+// The tensor-core decode kernels' last step: 4 warps each hold an online-softmax state per head
+// (max s_m, sum s_l, unnormalized output s_o[warp][head][d]); merge them and write the result.
+template <int kD, int kMaxGroup>
+__device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, const DecodeBlock& w, int g,
+                                                   const float* s_o, const float (*s_m)[kMaxGroup],
+                                                   const float (*s_l)[kMaxGroup]) {
+  const float v_scale = p.v_scale[w.h];
+  for (int idx = threadIdx.x; idx < g * kD; idx += blockDim.x) {
+    const int j = idx / kD;
+    const int d = idx - j * kD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) mx = fmaxf(mx, s_m[r][j]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float wt = safe_exp2(s_m[r][j], mx);
+      sum += s_l[r][j] * wt;
+      acc += s_o[(r * kMaxGroup + j) * kD + d] * wt;
+    }
+    decode_write<kD>(p, w, g, j, d, sum > 0.0f ? acc / sum : 0.0f, sum > 0.0f ? mx + log2f(sum) : -INFINITY, v_scale);
+  }
+}
+
 template <int kD, int kG>
 struct DecodeConfig {
   static constexpr int kThreads = 128;
@@ -39,16 +102,9 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(const AttentionPa
   __shared__ float s_l[kGroups][kG];
   __shared__ float s_lse[kG];
 
-  const int split = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
-  const int q_begin = p.qo_indptr[b];
-  if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
-  const int kv_begin = p.kv_indptr[b];
-  const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
-  if (split >= n_split) return;
-  const int chunk = ceil_div(kv_len, n_split);
-  const int start = split * chunk;
-  const int end = min(kv_len, start + chunk);
+  DecodeBlock w;
+  if (!decode_block(p, w)) return;
+  const int h = w.h, q_begin = w.q_begin, kv_begin = w.kv_begin, start = w.start, end = w.end;
 
   const int g = p.num_q_heads / p.num_kv_heads;
   const int grp = threadIdx.x / kTpr;
@@ -173,14 +229,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(const AttentionPa
     float o = 0.0f;
 #pragma unroll
     for (int r = 0; r < kGroups; ++r) o = fmaf(s_o[r][j][d], s_m[r][j], o);
-    const int hq = h * g + j;
-    if (n_split == 1) {
-      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o * v_scale);
-    } else {
-      const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
-      p.partial_o[row * kD + d] = o;
-      if (d == 0) p.partial_lse[row] = s_lse[j];
-    }
+    decode_write<kD>(p, w, g, j, d, o, s_lse[j], v_scale);
   }
 }
 

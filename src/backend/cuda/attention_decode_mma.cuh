@@ -27,16 +27,9 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
   __shared__ float s_m[4][kMaxGroup], s_l[4][kMaxGroup];
   static_assert(4 * kMaxGroup * kD * sizeof(float) <= sizeof(s_k), "merge scratch reuses s_k");
 
-  const int split = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
-  const int q_begin = p.qo_indptr[b];
-  if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
-  const int kv_begin = p.kv_indptr[b];
-  const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
-  if (split >= n_split) return;
-  const int chunk = ceil_div(kv_len, n_split);
-  const int start = split * chunk;
-  const int end = min(kv_len, start + chunk);
+  DecodeBlock w;
+  if (!decode_block(p, w)) return;
+  const int h = w.h, q_begin = w.q_begin, kv_begin = w.kv_begin, start = w.start, end = w.end;
 
   const int g = p.num_q_heads / p.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -159,31 +152,7 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
     s_l[warp][gid] = l;
   }
   __syncthreads();
-  const float v_scale = p.v_scale[h];
-  for (int idx = threadIdx.x; idx < g * kD; idx += blockDim.x) {
-    const int j = idx / kD;
-    const int d = idx - j * kD;
-    float mx2 = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) mx2 = fmaxf(mx2, s_m[w][j]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float wt = safe_exp2(s_m[w][j], mx2);
-      sum += s_l[w][j] * wt;
-      acc += s_o[(w * kMaxGroup + j) * kD + d] * wt;
-    }
-    const float o_final = sum > 0.0f ? acc / sum : 0.0f;
-    const int hq = h * g + j;
-    if (n_split == 1) {
-      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] =
-          float_to_bf16_bits(o_final * v_scale);
-    } else {
-      const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
-      p.partial_o[row * kD + d] = o_final;
-      if (d == 0) p.partial_lse[row] = sum > 0.0f ? mx2 + log2f(sum) : -INFINITY;
-    }
-  }
+  decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m, s_l);
 }
 
 template <DType kKv>

@@ -58,8 +58,8 @@ struct DecodeStream {
   static constexpr int kMinBlocks = kSmemBytes <= 56 * 1024 ? 4 : 2;
   static constexpr int kRowsPerPass = 32 / kChunks;  // rows one copy instruction of the warp covers
   static constexpr int kPasses = kStep / kRowsPerPass;
-  static constexpr int kKChunks = kChunks / 4;        // K chunks a thread reads per row
-  static constexpr int kVWords = kRowBytes / 8 / 4;   // V words a thread reads per row
+  static constexpr int kKChunks = kChunks / 4;       // K chunks a thread reads per row
+  static constexpr int kVWords = kRowBytes / 8 / 4;  // V words a thread reads per row
   static_assert(kKChunks >= 1 && kVWords >= 2, "head dims 64 and 128");
 
   __device__ static int swizzle(int row, int chunk) { return chunk ^ (row & kSwizzle); }
@@ -67,7 +67,9 @@ struct DecodeStream {
   // warp reads on opposite chunk parities, hence on disjoint banks after the swizzle.
   __device__ static int k_chunk(int t4, int i) { return kChunks == 4 ? t4 : (i / 2) * 8 + 2 * t4 + (i % 2); }
   // The d of the thread's v-th K value (q is loaded in this order).
-  __device__ static int k_dim(int t4, int v) { return k_chunk(t4, v / kValsPerChunk) * kValsPerChunk + v % kValsPerChunk; }
+  __device__ static int k_dim(int t4, int v) {
+    return k_chunk(t4, v / kValsPerChunk) * kValsPerChunk + v % kValsPerChunk;
+  }
   // The d of value j of the V run of lane row n (gid): the rows of the O^T tiles, un-permuted at the end.
   __device__ static int v_dim(int j, int n) {
     if constexpr (kChunks == 4) {
@@ -106,16 +108,9 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
   __shared__ float s_m[4][kMaxGroup], s_l[4][kMaxGroup];
   static_assert(4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
 
-  const int split = blockIdx.x, b = blockIdx.y, h = blockIdx.z;
-  const int q_begin = p.qo_indptr[b];
-  if (p.qo_indptr[b + 1] - q_begin != 1) return;  // prefill rows: the other kernel
-  const int kv_begin = p.kv_indptr[b];
-  const int kv_len = p.kv_indptr[b + 1] - kv_begin;
-  const int n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
-  if (split >= n_split) return;
-  const int chunk = ceil_div(kv_len, n_split);
-  const int start = split * chunk;
-  const int end = min(kv_len, start + chunk);
+  DecodeBlock w;
+  if (!decode_block(p, w)) return;
+  const int h = w.h, q_begin = w.q_begin, kv_begin = w.kv_begin, start = w.start, end = w.end;
 
   const int g = p.num_q_heads / p.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -313,31 +308,7 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
     s_l[warp][gid] = l;
   }
   __syncthreads();
-  const float v_scale = p.v_scale[h];
-  for (int idx = threadIdx.x; idx < g * kD; idx += blockDim.x) {
-    const int j = idx / kD;
-    const int d = idx - j * kD;
-    float mx2 = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) mx2 = fmaxf(mx2, s_m[w][j]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      const float wt = safe_exp2(s_m[w][j], mx2);
-      sum += s_l[w][j] * wt;
-      acc += s_o[(w * kMaxGroup + j) * kD + d] * wt;
-    }
-    const float o_final = sum > 0.0f ? acc / sum : 0.0f;
-    const int hq = h * g + j;
-    if (n_split == 1) {
-      static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * kD + d] =
-          float_to_bf16_bits(o_final * v_scale);
-    } else {
-      const int64_t row = (int64_t{split} * p.num_seqs + b) * p.num_q_heads + hq;
-      p.partial_o[row * kD + d] = o_final;
-      if (d == 0) p.partial_lse[row] = sum > 0.0f ? mx2 + log2f(sum) : -INFINITY;
-    }
-  }
+  decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m, s_l);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
