@@ -1,10 +1,14 @@
 // bench/attention: the attention kernels over a grid of shapes, against the machine's own copy
 // bandwidth measured in the same run (decode is memory bound) and in TFLOP/s (prefill is compute
-// bound). Every case is timed cold (the L2 is overwritten before each run) and checked: a sample of
-// its rows is recomputed by the CPU reference backend from the same KV bytes.
+// bound). Every case is timed cold (the L2 is filled with other data before each run: ColdL2) and
+// checked: a sample of its rows is recomputed by the CPU reference backend from the same KV bytes.
 //
-//   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]...
+//   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write]
+//                   [--slots shuffled|contiguous]
 //
+// --slots: each token's pool slot drawn at random (default: the worst case of the engine's
+// page-size-1 pool, a 128-byte K row per FP8 KV head per token) or a sequence's slots in order
+// (a fresh pool's allocation).
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several). SERVE8_CUDA_DECODE* variables (cuda_backend.cpp) pick the decode kernel and its splits.
 //
@@ -31,8 +35,8 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "core/error.h"
 #include "bench_kernels.h"
+#include "core/error.h"
 
 namespace serve8 {
 namespace {
@@ -51,17 +55,38 @@ struct Shape {
 
 constexpr double kMaxKvBytes = 48.0 * (1ull << 30);
 
-// Median milliseconds of fn over reps runs, each after the L2 was overwritten, timed with events
+// How the L2 is made cold before each timed run. kRead (default) reads a buffer twice the L2's
+// size, leaving it full of clean lines; kWrite overwrites the buffer with cudaMemsetAsync, as
+// before, which leaves it full of dirty lines that the timed kernel then pays to write back
+// (about the L2's size at copy speed: ~14 us on the H200, 10% of a 0.15 ms decode).
+enum class L2Flush { kRead, kWrite };
+
+struct ColdL2 {
+  L2Flush how = L2Flush::kRead;
+  void* buf = nullptr;
+  size_t bytes = 0;
+  unsigned* sink = nullptr;
+  void operator()(cudaStream_t s, int i) const {
+    if (bytes == 0) return;
+    if (how == L2Flush::kWrite) {
+      SERVE8_CUDA_CHECK(cudaMemsetAsync(buf, i & 0xff, bytes, s));
+    } else {
+      launch_l2_fill_read(buf, bytes, sink, s);
+    }
+  }
+};
+
+// Median milliseconds of fn over reps runs, each after the L2 was made cold, timed with events
 // around fn alone; a spin before the first event hides the host's launch latency (launch_spin).
 template <typename F>
-double time_cold_ms(cudaStream_t s, int reps, void* flush, size_t flush_bytes, F&& fn) {
+double time_cold_ms(cudaStream_t s, int reps, const ColdL2& cold, F&& fn) {
   fn();  // warm-up: lazy plans and workspaces
   cudaEvent_t a, b;
   SERVE8_CUDA_CHECK(cudaEventCreate(&a));
   SERVE8_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    SERVE8_CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, s));
+    cold(s, i);
     launch_spin(100.0, s);
     SERVE8_CUDA_CHECK(cudaEventRecord(a, s));
     fn();
@@ -104,12 +129,12 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
 }
 
 // The batch: `batch` sequences of ctx tokens, the last q_len of them new; slots shuffled over the
-// pool (page size 1, as the engine allocates them).
-ForwardBatch make_batch(const Shape& sh, std::mt19937_64& gen) {
+// pool (page size 1, as the engine allocates them) or, with `contiguous`, in order.
+ForwardBatch make_batch(const Shape& sh, std::mt19937_64& gen, bool contiguous) {
   const int64_t tokens = int64_t{sh.batch} * sh.ctx;
   std::vector<int32_t> perm(static_cast<size_t>(tokens));
   std::iota(perm.begin(), perm.end(), 1);
-  std::shuffle(perm.begin(), perm.end(), gen);
+  if (!contiguous) std::shuffle(perm.begin(), perm.end(), gen);
   ForwardBatch fb;
   fb.qo_indptr = fb.kv_indptr = {0};
   for (int b = 0; b < sh.batch; ++b) {
@@ -189,6 +214,8 @@ int run(int argc, char** argv) {
   std::string out_path = "attention_bench.json";
   int reps = 10;
   bool quick = false;
+  L2Flush flush_how = L2Flush::kRead;
+  bool contiguous_slots = false;
   std::vector<std::string> filters;  // run only rows whose "heads kind shape kv" label holds one
   std::string command = "bench_attention";
   for (int i = 1; i < argc; ++i) {
@@ -200,13 +227,27 @@ int run(int argc, char** argv) {
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
       command += std::string(" ") + argv[i];
+    } else if (a == "--l2-flush" && i + 1 < argc) {
+      const std::string how = argv[++i];
+      command += " " + how;
+      if (how != "read" && how != "write") fail("bench_attention: --l2-flush takes read or write, not '{}'", how);
+      flush_how = how == "read" ? L2Flush::kRead : L2Flush::kWrite;
+    } else if (a == "--slots" && i + 1 < argc) {
+      const std::string how = argv[++i];
+      command += " " + how;
+      if (how != "shuffled" && how != "contiguous")
+        fail("bench_attention: --slots takes shuffled or contiguous, not '{}'", how);
+      contiguous_slots = how == "contiguous";
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--filter" && i + 1 < argc) {
       filters.push_back(argv[++i]);
       command += std::string(" ") + argv[i];
     } else {
-      fail("bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT...)", a);
+      fail(
+          "bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT..., --l2-flush "
+          "read|write, --slots shuffled|contiguous)",
+          a);
     }
   }
   auto owner = create_backend("cuda");
@@ -220,7 +261,7 @@ int run(int argc, char** argv) {
   double copy_gbs = 0;
   {
     Buffer src(be, copy_bytes), dst(be, copy_bytes);
-    const double ms = time_cold_ms(s, 10, dst.data(), 1, [&] {
+    const double ms = time_cold_ms(s, 10, ColdL2{}, [&] {
       SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice, s));
     });
     copy_gbs = 2.0 * static_cast<double>(copy_bytes) / ms / 1e6;
@@ -228,9 +269,12 @@ int run(int argc, char** argv) {
   int l2 = 0;
   SERVE8_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
   const size_t flush_bytes = std::max<size_t>(2 * static_cast<size_t>(l2), 64u << 20);
-  Buffer flush(be, flush_bytes);
-  std::printf("device: %s\ncopy bandwidth: %.0f GB/s (read + write); L2 flushed with %zu MiB before each run\n",
-              be.device_description().c_str(), copy_gbs, flush_bytes >> 20);
+  Buffer flush(be, flush_bytes), sink(be, 4);
+  SERVE8_CUDA_CHECK(cudaMemsetAsync(flush.data(), 0, flush_bytes, s));
+  const ColdL2 cold{flush_how, flush.data(), flush_bytes, static_cast<unsigned*>(sink.data())};
+  const char* flush_name = flush_how == L2Flush::kRead ? "read" : "write";
+  std::printf("device: %s\ncopy bandwidth: %.0f GB/s (read + write); L2 made cold before each run by a %s of %zu MiB\n",
+              be.device_description().c_str(), copy_gbs, flush_name, flush_bytes >> 20);
 
   const Heads heads[] = {{"llama-3-8b (32/8, d128)", 32, 8, 128}, {"llama-2-13b (40/40, d128)", 40, 40, 128}};
   std::vector<Shape> shapes;
@@ -243,7 +287,6 @@ int run(int argc, char** argv) {
   for (int c : quick ? std::vector<int>{2048} : std::vector<int>{2048, 8192}) shapes.push_back({"extend", 4, 512, c});
 
   Json rows = Json::array();
-  Buffer sink(be, 4);
   int sms = 0;
   SERVE8_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   // Columns for decode rows: the read-only ceilings of the same bytes (read_ceiling.h), streamed
@@ -282,7 +325,7 @@ int run(int argc, char** argv) {
       };
       const DType kv_dtypes[] = {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3};
       if (std::none_of(std::begin(kv_dtypes), std::end(kv_dtypes), wanted)) continue;
-      const ForwardBatch fb = make_batch(sh, gen);
+      const ForwardBatch fb = make_batch(sh, gen, contiguous_slots);
       const int64_t t = fb.num_tokens();
       Buffer q(be, static_cast<size_t>(t) * h.hq * h.d * 2), out(be, q.bytes());
       fill_random(be, s, q.data(), q.bytes(), DType::kBF16, gen);
@@ -304,7 +347,7 @@ int run(int argc, char** argv) {
         const DeviceBatch db = be.upload_batch(fb);
         const Tensor tq = q.view(DType::kBF16, {t, h.hq, h.d}), to = out.view(DType::kBF16, {t, h.hq, h.d});
         const float scale = 1.0f / std::sqrt(static_cast<float>(h.d));
-        const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] { be.attention(tq, l, db, scale, to); });
+        const double ms = time_cold_ms(s, reps, cold, [&] { be.attention(tq, l, db, scale, to); });
         const double bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt) + 2.0 * t * h.hq * h.d * 2;
         double flops = 0;
         for (int b = 0; b < sh.batch; ++b)
@@ -320,16 +363,16 @@ int run(int argc, char** argv) {
         if (sh.q_len == 1) {
           const double kv_bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt);
           const size_t half = static_cast<size_t>(kv_bytes / 2) / 16 * 16;
-          const double sms_ms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] {
+          const double sms_ms = time_cold_ms(s, reps, cold, [&] {
             launch_stream_read(l.k.data, half, static_cast<unsigned*>(sink.data()), s);
             launch_stream_read(l.v.data, half, static_cast<unsigned*>(sink.data()), s);
           });
           // The split count the backend picks for decode (cuda_attention_ops.cpp).
           const int splits = std::clamp((16 * sms + sh.batch * h.hkv - 1) / (sh.batch * h.hkv), 1, 128);
-          const double gms = time_cold_ms(s, reps, flush.data(), flush_bytes, [&] {
-            launch_gather_read(static_cast<const int32_t*>(db.kv_indptr.data), static_cast<const int32_t*>(db.kv_indices.data),
-                               l.k.data, l.v.data, sh.batch, h.hkv, h.d * static_cast<int>(dtype_size(dt)), splits,
-                               static_cast<unsigned*>(sink.data()), s);
+          const double gms = time_cold_ms(s, reps, cold, [&] {
+            launch_gather_read(static_cast<const int32_t*>(db.kv_indptr.data),
+                               static_cast<const int32_t*>(db.kv_indices.data), l.k.data, l.v.data, sh.batch, h.hkv,
+                               h.d * static_cast<int>(dtype_size(dt)), splits, static_cast<unsigned*>(sink.data()), s);
           });
           stream_gbs = 2.0 * static_cast<double>(half) / sms_ms / 1e6;
           gather_gbs = kv_bytes / gms / 1e6;
@@ -368,6 +411,8 @@ int run(int argc, char** argv) {
               {"date", utc_now()},
               {"copy_gb_per_s", copy_gbs},
               {"l2_flush_bytes", flush_bytes},
+              {"l2_flush", flush_name},
+              {"slots", contiguous_slots ? "contiguous" : "shuffled"},
               {"reps", reps},
               {"rows", rows}};
   std::ofstream(out_path) << doc.dump(1) << "\n";

@@ -11,6 +11,9 @@ constexpr int kUnroll = 8;
 
 __device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
+// kEvictFirst: streaming loads (ld.global.cs), as a ceiling that leaves the L2 alone; otherwise
+// ld.global.cg, which fill the L2 with normal priority (the L2 flush of L2Flush::kRead).
+template <bool kEvictFirst>
 __global__ void stream_read_kernel(const uint4* __restrict__ src, size_t n, unsigned* sink) {
   unsigned acc = 0;
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads * kUnroll;
@@ -19,7 +22,7 @@ __global__ void stream_read_kernel(const uint4* __restrict__ src, size_t n, unsi
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const size_t i = base + static_cast<size_t>(u) * kThreads;
-      v[u] = i < n ? __ldcs(src + i) : uint4{};
+      v[u] = i < n ? (kEvictFirst ? __ldcs(src + i) : __ldcg(src + i)) : uint4{};
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) acc ^= fold(v[u]);
@@ -45,8 +48,8 @@ __global__ void gather_read_kernel(const int32_t* __restrict__ kv_indptr, const 
       const int i = base + u * kThreads;
       kv[2 * u] = kv[2 * u + 1] = uint4{};
       if (i < total) {
-        const int64_t off = kv_indices[kv_begin + start + i / row_chunks] * slot_bytes + int64_t{h} * row_bytes +
-                            (i % row_chunks) * 16;
+        const int64_t off =
+            kv_indices[kv_begin + start + i / row_chunks] * slot_bytes + int64_t{h} * row_bytes + (i % row_chunks) * 16;
         kv[2 * u] = __ldcs(reinterpret_cast<const uint4*>(k_pool + off));
         kv[2 * u + 1] = __ldcs(reinterpret_cast<const uint4*>(v_pool + off));
       }
@@ -75,7 +78,14 @@ void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStrea
   int sms = 0, device = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  stream_read_kernel<<<sms * 8, kThreads, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16, sink);
+  stream_read_kernel<true><<<sms * 8, kThreads, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16, sink);
+}
+
+void launch_l2_fill_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream) {
+  int sms = 0, device = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  stream_read_kernel<false><<<sms * 8, kThreads, 0, stream>>>(static_cast<const uint4*>(src), bytes / 16, sink);
 }
 
 void launch_gather_read(const int32_t* kv_indptr, const int32_t* kv_indices, const void* k_pool, const void* v_pool,

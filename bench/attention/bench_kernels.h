@@ -12,6 +12,10 @@ namespace serve8 {
 // Reads `bytes` (a multiple of 16) from `src` front to back; writes a checksum to *sink.
 void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream);
 
+// Reads `bytes` like launch_stream_read but with loads that fill the L2 (normal eviction
+// priority): run over a buffer twice the L2's size, it leaves the L2 holding only clean lines of it.
+void launch_l2_fill_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream);
+
 // Reads, for every sequence b (kv_indptr[b]..kv_indptr[b+1]) and KV head h, the row_bytes of K and
 // of V at slot kv_indices[t] * slot_bytes + h * row_bytes: the decode kernels' access pattern,
 // one block per (split, sequence, KV head) as they launch.
