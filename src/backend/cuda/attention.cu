@@ -59,6 +59,11 @@ void launch_decode_kernel(const AttentionParams& p, DecodeKernel kernel, cudaStr
 
 }  // namespace
 
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel) {
+  const bool fp8 = kv_dtype == DType::kFP8E5M2 || kv_dtype == DType::kFP8E4M3;
+  return kernel == DecodeKernel::kStream && fp8 ? 2 : 1;  // DecodeStream::kHeads
+}
+
 bool attention_fast_path(int head_dim, int group) {
   return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8;
 }

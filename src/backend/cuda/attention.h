@@ -84,6 +84,8 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKer
 // Blocks of the decode kernel one SM holds at once (occupancy), for planning splits
 // (decode_splits.h); 0 for the comparison kernels, which keep a fixed blocks-per-SM target.
 int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel);
+// KV heads one block of the decode kernel serves (the grid's z is ceil(Hkv / this)).
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list
 // must be cut in prefill_tile_rows(kernel) rows.

@@ -59,13 +59,14 @@ __device__ __forceinline__ void decode_write(const AttentionParams& p, const Dec
 }
 
 // The tensor-core decode kernels' last step: 4 warps each hold an online-softmax state per head
-// (max s_m, sum s_l, unnormalized output s_o[warp][head][d]); merge them and write the result.
+// (max s_m, sum s_l, unnormalized output s_o[warp][head][d]); merge them and write the result,
+// with `threads` threads numbered from `tid` (the block's, or the half serving w.h).
 template <int kD, int kMaxGroup>
 __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, const DecodeBlock& w, int g,
                                                    const float* s_o, const float (*s_m)[kMaxGroup],
-                                                   const float (*s_l)[kMaxGroup]) {
+                                                   const float (*s_l)[kMaxGroup], int tid, int threads) {
   const float v_scale = p.v_scale[w.h];
-  for (int idx = threadIdx.x; idx < g * kD; idx += blockDim.x) {
+  for (int idx = tid; idx < g * kD; idx += threads) {
     const int j = idx / kD;
     const int d = idx - j * kD;
     float mx = -INFINITY;

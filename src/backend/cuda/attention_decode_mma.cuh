@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
     s_l[warp][gid] = l;
   }
   __syncthreads();
-  decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m, s_l);
+  decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m, s_l, threadIdx.x, blockDim.x);
 }
 
 template <DType kKv>

@@ -1,7 +1,8 @@
 // Decode attention (q_len == 1) on tensor cores, streaming K/V through a cp.async pipeline per warp.
 //
-// Decode is a gather of K/V rows at memory speed; everything else must hide under it. A block of
-// 4 warps serves one (split, sequence, KV head), and each warp works alone through its own
+// Decode is a gather of K/V rows at memory speed; everything else must hide under it. 4 warps of a
+// block serve one (split, sequence, KV head) (an FP8 block has 8 warps for two KV heads:
+// DecodeStream::kHeads), and each warp works alone through its own
 // 16-token steps (steps w, w + 4, ... of the split) with kStages steps in flight: it issues the
 // 16-byte cp.async copies of step i + kStages - 1 (the raw stored bytes: FP8 moves half the bytes
 // of bf16) before computing step i, and synchronizes only within itself. Page offsets are read
@@ -54,8 +55,14 @@ struct DecodeStream {
   static constexpr int kStages = 3;
   static constexpr int kWarps = 4;
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
-  static constexpr int kSmemBytes = kWarps * kWarpBytes;
-  static constexpr int kMinBlocks = kSmemBytes <= 56 * 1024 ? 4 : 2;
+  // FP8 blocks serve two KV heads (4 warps each): the two halves read the two heads' 128-byte rows
+  // of the same tokens, adjacent in the pool ([slot, Hkv, D]), at about the same time, which the
+  // DRAM serves better than lone 128-byte rows: +1.5-2 points of the copy bandwidth on the H200 at
+  // B=64, ctx 4096, shuffled slots (bench/README.md). 16-bit rows are 256 bytes already.
+  static constexpr int kHeads = kFp8 ? 2 : 1;
+  static constexpr int kThreads = 128 * kHeads;
+  static constexpr int kSmemBytes = kHeads * kWarps * kWarpBytes;
+  static constexpr int kMinBlocks = (kWarps * kWarpBytes <= 56 * 1024 ? 4 : 2) / kHeads;
   static constexpr int kRowsPerPass = 32 / kChunks;  // rows one copy instruction of the warp covers
   static constexpr int kPasses = kStep / kRowsPerPass;
   static constexpr int kKChunks = kChunks / 4;       // K chunks a thread reads per row
@@ -99,21 +106,26 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
 }
 
 template <DType kKv, int kD>
-__global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
+__global__ void __launch_bounds__(DecodeStream<kKv, kD>::kThreads, DecodeStream<kKv, kD>::kMinBlocks)
     attention_decode_stream_kernel(const AttentionParams p) {
   using L = DecodeStream<kKv, kD>;
+  constexpr int kHeads = L::kHeads;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
   constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ float s_m[4][kMaxGroup], s_l[4][kMaxGroup];
-  static_assert(4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
+  __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
+  static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
 
   DecodeBlock w;
   if (!decode_block(p, w)) return;
+  const int half = threadIdx.x / 128;  // the block's head this warp serves
+  // A half past the last KV head (odd Hkv) redoes the last head and writes nothing.
+  const bool head_ok = w.h * kHeads + half < p.num_kv_heads;
+  w.h = min(w.h * kHeads + half, p.num_kv_heads - 1);
   const int h = w.h, q_begin = w.q_begin, kv_begin = w.kv_begin, start = w.start, end = w.end;
 
   const int g = p.num_q_heads / p.num_kv_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int gid = lane / 4, t4 = lane % 4;
   const int n_steps = ceil_div(max(end - start, 0), kStep);
   const int my_steps = n_steps > warp ? (n_steps - warp + 3) / 4 : 0;
@@ -123,8 +135,8 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
   const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
   const int64_t head_bytes = int64_t{h} * L::kRowBytes;
   const int32_t* indices = p.kv_indices + kv_begin;
-  const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + warp * L::kWarpBytes;
-  const unsigned char* warp_ptr = smem + warp * L::kWarpBytes;
+  const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (threadIdx.x / 32) * L::kWarpBytes;
+  const unsigned char* warp_ptr = smem + (threadIdx.x / 32) * L::kWarpBytes;
 
   // The pool slot of row `lane` of this warp's step `it` (lanes 0..15; -1 past the end).
   auto load_slot = [&](int it) {
@@ -293,7 +305,7 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
 
   // Merge the four warps' states through shared memory, un-permuting d.
   __syncthreads();
-  float* s_o = reinterpret_cast<float*>(smem);  // [4][kMaxGroup][kD]
+  float* s_o = reinterpret_cast<float*>(smem) + half * 4 * kMaxGroup * kD;  // [4][kMaxGroup][kD] per head
 #pragma unroll
   for (int mt = 0; mt < kD / 16; ++mt) {
     float* head0 = &s_o[(warp * kMaxGroup + 2 * t4) * kD];
@@ -304,25 +316,25 @@ __global__ void __launch_bounds__(128, DecodeStream<kKv, kD>::kMinBlocks)
     head1[L::v_dim(2 * mt + 1, gid)] = ot[mt][3];
   }
   if (t4 == 0) {
-    s_m[warp][gid] = m;
-    s_l[warp][gid] = l;
+    s_m[half][warp][gid] = m;
+    s_l[half][warp][gid] = l;
   }
   __syncthreads();
-  decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m, s_l);
+  if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
 // engine's warm-up runs every kernel) and returns how many of its blocks an SM holds at once.
 template <DType kKv, int kD>
 int decode_stream_configure() {
-  constexpr int smem = DecodeStream<kKv, kD>::kSmemBytes;
+  using L = DecodeStream<kKv, kD>;
   static const int blocks_per_sm = [] {
     const auto kernel = attention_decode_stream_kernel<kKv, kD>;
-    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     SERVE8_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     int n = 0;
-    SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 128, smem));
+    SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, L::kThreads, L::kSmemBytes));
     return n;
   }();
   return blocks_per_sm;
@@ -330,10 +342,10 @@ int decode_stream_configure() {
 
 template <DType kKv, int kD>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
-  constexpr int smem = DecodeStream<kKv, kD>::kSmemBytes;
+  using L = DecodeStream<kKv, kD>;
   decode_stream_configure<kKv, kD>();
-  const dim3 grid(p.num_splits, p.num_seqs, p.num_kv_heads);
-  attention_decode_stream_kernel<kKv, kD><<<grid, 128, smem, stream>>>(p);
+  const dim3 grid(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, L::kHeads));
+  attention_decode_stream_kernel<kKv, kD><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
 }
 
 template <DType kKv>

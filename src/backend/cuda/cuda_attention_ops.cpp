@@ -306,13 +306,15 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   if (plan.has_decode) {
     // A function of (B, Hkv) and the kernel only, so the grid of a CUDA-graph bucket is fixed; short sequences use
     // fewer splits inside the kernel.
-    const int base = batch.num_seqs * p.num_kv_heads;
+    const int hpb = decode_heads_per_block(kv.k.dtype, decode_kernel_);
+    const int base = batch.num_seqs * ((p.num_kv_heads + hpb - 1) / hpb);
     const int resident = decode_blocks_per_sm(kv.k.dtype, g.head_dim, decode_kernel_) * props_.multiProcessorCount;
     p.split_min_chunk = decode_min_chunk_;
     if (resident > 0 && decode_blocks_per_sm_ == 0) {
       p.num_splits = plan_decode_splits(base, resident, kDecodeMaxSplits);
     } else {
-      const int target = (decode_blocks_per_sm_ > 0 ? decode_blocks_per_sm_ : kDecodeBlocksPerSm) * props_.multiProcessorCount;
+      const int target =
+          (decode_blocks_per_sm_ > 0 ? decode_blocks_per_sm_ : kDecodeBlocksPerSm) * props_.multiProcessorCount;
       p.num_splits = std::clamp((target + base - 1) / base, 1, kDecodeMaxSplits);
     }
     if (p.num_splits > 1) {
