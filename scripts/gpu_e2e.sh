@@ -49,7 +49,7 @@ pack() {
   cp "$shared/models/stories260K/stories260K.bin" "$E/shared/models/stories260K/"
   cp "$shared/golden/stories260K/greedy.json" "$E/shared/golden/stories260K/"
   cp -r "$shared/models/llama2-tokenizer" "$E/shared/models/"
-  cp "$shared"/configs/{llama-2-7b,llama-3-8b,llama-3.1-8b}.json "$E/shared/configs/"
+  cp "$shared"/configs/{llama-2-7b,llama-2-13b,llama-3-8b,llama-3.1-8b}.json "$E/shared/configs/"
   mkdir -p "$E/shared/data/sharegpt" && cp "$shared/data/sharegpt/ShareGPT_V3_filtered_500.json" "$E/shared/data/sharegpt/"
   # pytest, requests and openai for the GPU machine's Python 3.12.
   local py="$root/.carry/pydeps"
@@ -105,23 +105,27 @@ gguf_file() {
 }
 
 gguf() {
-  local g d=/tmp/hf_smollm2 o="$OUT/gguf" w="$OUT/kld"
+  # SERVE8_HF_DTYPE=float32: serve8 in fp32 (as hf32) and no KV rows (gguf32).
+  local dt="${SERVE8_HF_DTYPE:-auto}" tag=""
+  [[ "$dt" == auto ]] || tag="_$dt"
+  local g d=/tmp/hf_smollm2 o="$OUT/gguf$tag" w="$OUT/kld"
   g="$(gguf_file)" || { echo "gguf: no model, step skipped"; return; }
   python3 -m pip install -q --no-index --no-deps --target /tmp/ggufpy "$root"/.carry/gguf_b/gguf-*.whl \
     >>"$OUT/log.txt" 2>&1 && export PYTHONPATH="/tmp/ggufpy${PYTHONPATH:+:$PYTHONPATH}"
   {
     # (a) logits along transformers' greedy paths and free-running greedy ids, three text prompts.
     if [[ -f "$d/forced.txt" ]] || python3 "$root/scripts/hf_compare.py" build-gguf "$g" "$d" >>"$OUT/log.txt" 2>&1; then
-      "$B" dump-logits --device cuda --model-path "$g" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
+      "$B" dump-logits --device cuda --dtype "$dt" --model-path "$g" --prompts-file "$d/prompts.txt" --decode-tokens 8 \
         --greedy-tokens 32 --max-total-tokens 4096 --output "${o}_free" >>"$OUT/log.txt" 2>&1 &&
-        "$B" dump-logits --device cuda --model-path "$g" --prompts-file "$d/forced.txt" --decode-tokens 32 \
+        "$B" dump-logits --device cuda --dtype "$dt" --model-path "$g" --prompts-file "$d/forced.txt" --decode-tokens 32 \
           --greedy-tokens 0 --max-total-tokens 4096 --output "${o}_forced" >>"$OUT/log.txt" 2>&1 &&
         python3 "$root/scripts/hf_compare.py" compare "$d" "${o}_free" "${o}_forced" 2>>"$OUT/log.txt" ||
         echo "gguf: dump-logits or the comparison failed (see log.txt)"
-      rm -f "$OUT"/gguf_*.npy
+      rm -f "$OUT"/gguf"$tag"_*.npy
     else
       echo "gguf: transformers could not load $g (see log.txt)"
     fi
+    [[ "$dt" == auto ]] && {
     # (b) each KV dtype against bf16 KV: 100 ShareGPT prompts to calibrate e4m3 on, 400 to score.
     mkdir -p "$w"
     python3 - "$E/shared/data/sharegpt/ShareGPT_V3_filtered_500.json" "$w" <<'PY'
@@ -138,8 +142,11 @@ PY
         --reference-kv-cache-dtype bf16 --output-file "$OUT/accuracy_smollm2.jsonl" --kv-cache-dtype $kv \
         2>>"$OUT/log.txt" | grep -E "^KV|Mean|99.0|Same|PPL|RMS" || echo "gguf: eval kld --kv-cache-dtype $kv failed"
     done
-  } | tee "$OUT/gguf_summary.txt"
+    }
+  } | tee "$OUT/gguf${tag}_summary.txt"
 }
+
+gguf32() { SERVE8_HF_DTYPE=float32 gguf; }
 
 golden() {
   local g="$E/shared/golden/stories260K/greedy.json"
@@ -254,6 +261,6 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$final/results.tgz" .
     cp "$OUT"/*_summary.txt "$final/" 2>/dev/null || true
     ;;
-  *) echo "usage: scripts/gpu_e2e.sh pack | pack-gguf | stash-gguf | run [golden|hf|hf32|kvfp8|bench|http|gguf ...]" >&2
+  *) echo "usage: scripts/gpu_e2e.sh pack | pack-gguf | stash-gguf | run [golden|hf|hf32|kvfp8|bench|http|gguf|gguf32 ...]" >&2
      exit 2 ;;
 esac

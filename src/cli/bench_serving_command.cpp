@@ -150,14 +150,24 @@ Outcome send_one(const BenchServingArgs& a, const std::string& url, const BenchR
     const Json j = Json::parse(data, nullptr, false);
     if (j.is_discarded()) return;
     const Chunk c = parse_payload(a.backend, j, text);
+    // SGLang's chunks count their tokens (meta_info.completion_tokens, cumulative): a chunk that
+    // adds tokens is an arrival even without new text (an id outside the tokenizer's vocabulary, as
+    // a Llama-3 config with the Llama-2 tokenizer and dummy weights makes, or the first bytes of an
+    // unfinished character), and a gap shared by n tokens counts n times gap / n, as SGLang's client.
+    const int new_tokens =
+        a.backend == "sglang" && c.completion_tokens >= 0 ? c.completion_tokens - std::max(completion, 0) : -1;
     if (c.completion_tokens >= 0) completion = c.completion_tokens;
     if (c.prompt_tokens >= 0) out.prompt_tokens = c.prompt_tokens;
-    if (c.text.empty()) return;
+    if (new_tokens == 0 || (new_tokens < 0 && c.text.empty())) {
+      text += c.text;
+      return;
+    }
     const double t = now();
     if (last < 0.0) {
       out.ttft = t;
     } else {
-      out.itl.push_back(t - last);
+      const int n = std::max(new_tokens, 1);
+      for (int k = 0; k < n; ++k) out.itl.push_back((t - last) / n);
     }
     last = t;
     text += c.text;

@@ -125,6 +125,11 @@ int Scheduler::step() {
     counters_.decode_steps++;
     counters_.decode_seconds += counters_.last_step_seconds;
     counters_.decode_kv_tokens += static_cast<int64_t>(batch_.kv_indices.size());
+    if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch) {
+      counters_.large_decode_steps++;
+      counters_.large_decode_seconds += counters_.last_step_seconds;
+      counters_.large_decode_kv_tokens += static_cast<int64_t>(batch_.kv_indices.size());
+    }
   }
   counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
   return tokens;

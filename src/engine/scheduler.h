@@ -50,6 +50,12 @@ struct SchedulerStats {
   int64_t decode_steps = 0;
   double decode_seconds = 0.0;
   int64_t decode_kv_tokens = 0;
+  // The same three for decode steps of at least kLargeDecodeBatch rows (the seed experiment's
+  // goal is the MBU at batch >= 64).
+  static constexpr int kLargeDecodeBatch = 64;
+  int64_t large_decode_steps = 0;
+  double large_decode_seconds = 0.0;
+  int64_t large_decode_kv_tokens = 0;
 };
 
 class Scheduler {

@@ -1,7 +1,10 @@
 // The HTTP server: cpp-httplib's Server with serve8's policies in front of every route (API key,
 // content type, body size, error bodies in OpenAI's shape) and a clean shutdown.
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -86,7 +89,14 @@ struct HttpServer::Impl {
   ServerContext ctx;
   httplib::Server server;
   std::atomic<bool> shutting_down{false};
+  socket_t listen_socket = INVALID_SOCKET;
 };
+
+// Debian's compiled cpp-httplib (0.11) listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed
+// when the library was built): a burst of connections (bench-serving --request-rate inf opens one
+// per request at once) overflows the accept queue, and some of them fail with a read error before
+// any handler sees them. Listening again on the bound socket raises the backlog (Linux).
+constexpr int kListenBacklog = 4096;
 
 HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, engine_args, options)) {
@@ -98,6 +108,10 @@ HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOpti
   // engine can run, or requests would queue in the pool instead of in the scheduler.
   const size_t threads = static_cast<size_t>(std::max(128, 2 * engine_args.scheduler.max_running_requests + 64));
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_socket_options([impl = impl_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_socket = sock;
+  });
   svr.set_payload_max_length(options.max_request_bytes);
   svr.set_keep_alive_timeout(2);
   svr.set_read_timeout(30);
@@ -169,6 +183,8 @@ void HttpServer::run() {
   httplib::Server& svr = impl_->server;
   SERVE8_CHECK(svr.bind_to_port(o.host, o.port), "cannot listen on {}:{} (in use, or not an address of this host)",
                o.host, o.port);
+  if (impl_->listen_socket != INVALID_SOCKET && ::listen(impl_->listen_socket, kListenBacklog) != 0)
+    spdlog::warn("could not raise the listen backlog to {}: {}", kListenBacklog, std::strerror(errno));
   if (impl_->shutting_down) return;  // a signal arrived while the engine was loading
   spdlog::info("serving '{}' on http://{}:{} (OpenAI API at /v1, SGLang API at /generate){}", o.served_model_name,
                o.host, o.port, o.api_key.empty() ? "" : "; API key required");

@@ -196,6 +196,10 @@ Json server_info(const ServerContext& ctx) {
           {"decode_steps", s.decode_steps},
           {"decode_seconds", s.decode_seconds},
           {"decode_kv_tokens", s.decode_kv_tokens},
+          {"large_decode_batch", SchedulerStats::kLargeDecodeBatch},
+          {"large_decode_steps", s.large_decode_steps},
+          {"large_decode_seconds", s.large_decode_seconds},
+          {"large_decode_kv_tokens", s.large_decode_kv_tokens},
           {"weight_bytes", ctx.engine.model().weight_bytes()},
           {"internal_states", Json::array({internal})}};
 }
