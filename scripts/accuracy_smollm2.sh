@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The KV dtype accuracy table of docs/accuracy.md for SmolLM2-135M-Instruct (GGUF Q4_1), on the
+# CPU backend. Text: the human turns of ShareGPT_V3_filtered_500.json, the first 2048 tokens of
+# conversations 0-99 for calibration and the first CHUNKS x CTX tokens of 100-499 (disjoint) for
+# evaluation; every KV dtype is compared with bf16 KV. ~18 min on one core (CHUNKS=4, CTX=512).
+#   [CHUNKS=4] [CTX=512] scripts/accuracy_smollm2.sh [SERVE8] [MODEL]
+#     -> bench/results/accuracy_smollm2_cpu.jsonl
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+B="${1:-$root/build/src/cli/serve8}"
+M="${2:-$root/.models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+D="$root/../shared/data/sharegpt/ShareGPT_V3_filtered_500.json"
+CTX="${CTX:-512}" CHUNKS="${CHUNKS:-4}"
+W="$(mktemp -d)"
+trap 'rm -rf "$W"' EXIT
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+jq -r '.[0:100][].conversations[] | .value, ""' "$D" >"$W/calib.txt"
+jq -r '.[100:500][].conversations[] | .value, ""' "$D" >"$W/eval.txt"
+for g in per-layer per-head; do
+  "$B" calibrate --device cpu --model-path "$M" --text "$W/calib.txt" --context "$CTX" --max-tokens 2048 \
+    --granularity "$g" --output "$W/scales_$g.json" 2>/dev/null
+done
+out="$root/bench/results/accuracy_smollm2_cpu.jsonl"
+: >"$out"
+run() {
+  "$B" eval kld --device cpu --model-path "$M" --text "$W/eval.txt" --context "$CTX" --max-chunks "$CHUNKS" \
+    --reference-kv-cache-dtype bf16 --output-file "$out" "$@" 2>/dev/null | grep -E "^KV|Mean|Same|ΔPPL"
+}
+run --kv-cache-dtype fp16
+run --kv-cache-dtype fp8_e5m2
+run --kv-cache-dtype fp8_e4m3
+run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
+run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
