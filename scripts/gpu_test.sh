@@ -58,10 +58,11 @@ pack() {
   done
   printf '%s\n' "${tests[@]}" >"$stage/tests.txt"
   printf '%s\n' "${tools[@]}" >"$stage/tools.txt"
+  { git -C "$root" rev-parse HEAD; git -C "$root" diff --quiet HEAD || echo "(+ uncommitted changes)"; } >"$stage/GIT_HASH"
   # A call carries at most 64 MiB: drop the host debug info and compress.
   strip --strip-debug "$stage"/bin/*
-  tar -C "$stage" -cJf "$stage/gpu.tar.xz" bin lib shared tests.txt tools.txt
-  rm -rf "$stage/bin" "$stage/lib" "$stage/shared" "$stage/tests.txt" "$stage/tools.txt"
+  tar -C "$stage" -cJf "$stage/gpu.tar.xz" bin lib shared tests.txt tools.txt GIT_HASH
+  rm -rf "$stage/bin" "$stage/lib" "$stage/shared" "$stage/tests.txt" "$stage/tools.txt" "$stage/GIT_HASH"
   du -sh "$stage"
 }
 
@@ -80,6 +81,9 @@ run() {
     [[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
   fi
   export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # bench_attention records it in its JSON.
+  SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
+  export SERVE8_GIT_HASH
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$logs/gpu.txt" || true
   ldd "$stage/bin/${tests[0]}" >"$logs/ldd.txt" 2>&1 || true
 
