@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/utf8.h"  // append_utf8
+
 namespace serve8::jinja {
 
 // Byte offset of each code point, plus s.size() at the end (so there are num_code_points + 1).
@@ -16,7 +18,6 @@ std::vector<std::size_t> code_point_offsets(std::string_view s);
 std::size_t num_code_points(std::string_view s);
 // Decodes the code point at s[pos], advancing pos; invalid bytes decode as themselves.
 char32_t decode_code_point(std::string_view s, std::size_t& pos);
-void append_utf8(std::string& out, char32_t cp);
 
 // Python's str.isspace().
 bool is_py_space(char32_t cp);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tokenizer/unicode_nfc_data.h"
+#include "tokenizer/utf8.h"
 
 namespace serve8 {
 namespace {
@@ -28,24 +29,6 @@ std::vector<uint32_t> decode_utf8(std::string_view text) {
     i += static_cast<std::size_t>(len);
   }
   return cps;
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 int combining_class(uint32_t cp) {
@@ -149,7 +132,7 @@ std::string nfc_normalize(std::string_view text) {
 
   std::string out;
   out.reserve(text.size());
-  for (uint32_t cp : composed) append_utf8(cp, out);
+  for (uint32_t cp : composed) append_utf8(out, cp);
   return out;
 }
 

@@ -1,4 +1,5 @@
-// UTF-8 checks used where text leaves the engine: streamed chunks must never split a character.
+// UTF-8 checks used where text leaves the engine (streamed chunks must never split a character),
+// and the encoder of one code point.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +28,8 @@ std::string replace_invalid_utf8(std::string_view text, bool per_byte = false);
 
 // Byte offset of the first ill-formed or truncated sequence, or text.size() when there is none.
 std::size_t first_invalid_utf8(std::string_view text);
+
+// Appends code point cp (at most U+10FFFF) as UTF-8.
+void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace serve8
