@@ -60,13 +60,13 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerSpec spec) : spec_(std::move(spec)) {
   eos_id_ = spec_.eos_id >= 0 ? spec_.eos_id : find_id(spec_.eos_token, "eos_token");
   SERVE8_CHECK(bos_id_ < vocab_size_ && eos_id_ < vocab_size_, "{}: bos id {} or eos id {} is outside the vocabulary",
                spec_.source, bos_id_, eos_id_);
-  if (eos_id_ >= 0) eos_ids_.push_back(eos_id_);
+  if (eos_id_ >= 0) add_eos_id(eos_id_);
   for (int id : spec_.extra_eos_ids) {
     if (id < 0 || id >= vocab_size_) {
       spdlog::warn("{}: eos id {} is outside the vocabulary (size {})", spec_.source, id, vocab_size_);
       continue;
     }
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+    add_eos_id(id);
   }
   spdlog::debug("loaded BPE tokenizer '{}': {} ids, {} added tokens, bos {}, eos {}", spec_.source, vocab_size_,
                 spec_.added_tokens.size(), bos_id_, eos_id_);
@@ -182,32 +182,6 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special
     if (!byte_level_decode(*token, bytes)) bytes += *token;
   }
   return replace_invalid_utf8(bytes);
-}
-
-const ChatTemplate& BpeTokenizer::chat_template() const {
-  SERVE8_CHECK(chat_template_ != nullptr, "the tokenizer '{}' has no chat template set{}", spec_.source,
-               spec_.chat_template.empty() ? "" : " (its files carry a Jinja template that has not been compiled)");
-  return *chat_template_;
-}
-
-std::string BpeTokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                              bool add_generation_prompt) const {
-  return join_segment_text(chat_template().render(messages, add_generation_prompt));
-}
-
-std::vector<int32_t> BpeTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
-                                               bool add_generation_prompt) const {
-  return encode_segments(chat_template().render(messages, add_generation_prompt));
-}
-
-void BpeTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template,
-                                     const std::vector<int>& end_of_turn_ids) {
-  SERVE8_CHECK(chat_template != nullptr, "a tokenizer needs a chat template");
-  for (int id : end_of_turn_ids) {
-    check_id(id);
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
-  }
-  chat_template_ = std::move(chat_template);
 }
 
 }  // namespace serve8

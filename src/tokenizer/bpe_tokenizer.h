@@ -11,7 +11,7 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/templated_tokenizer.h"
 
 namespace serve8 {
 
@@ -38,7 +38,7 @@ struct BpeTokenizerSpec {
   std::string chat_template;       // Jinja source, "" when none came with the files
 };
 
-class BpeTokenizer final : public Tokenizer {
+class BpeTokenizer final : public TemplatedTokenizer {
  public:
   // A bos/eos token the vocabulary lacks is logged and left at -1; a spec without a model throws.
   explicit BpeTokenizer(BpeTokenizerSpec spec);
@@ -47,43 +47,31 @@ class BpeTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const override;
   int vocab_size() const override { return vocab_size_; }
   int bos_id() const override { return bos_id_; }
-  std::vector<int> eos_ids() const override { return eos_ids_; }
   std::string id_to_piece(int id) const override;
-  std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
-  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
-  bool has_chat_template() const override { return chat_template_ != nullptr; }
 
-  // The ids of rendered chat segments (what encode_chat does after rendering): consecutive
-  // segments are one text, added tokens count only where they lie wholly in trusted segments.
-  std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const;
-
+  // Added tokens are the special tokens of encode_segments.
+  std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const override;
+  bool is_special(int id) const override;
+  const std::string& bos_token() const override { return spec_.bos_token; }
+  const std::string& eos_token() const override { return spec_.eos_token; }
+  const std::string& chat_template_source() const override { return spec_.chat_template; }
   int eos_id() const { return eos_id_; }
-  const std::string& bos_token() const { return spec_.bos_token; }
-  const std::string& eos_token() const { return spec_.eos_token; }
-  const std::string& chat_template_source() const { return spec_.chat_template; }
-  bool is_special(int id) const;
-  // The tokenizer files carry a Jinja template (chat_template_source); load_tokenizer compiles it
-  // and sets it here. Until then the chat calls throw.
-  // end_of_turn_ids: the ids the format closes a turn with, which end generation as EOS does.
-  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template, const std::vector<int>& end_of_turn_ids = {});
 
  private:
   using Accept = AddedTokenMatcher::Accept;
   // Appends the ids of `text` (no post-processing), counting the added tokens `accept` allows.
   void encode_text(std::string_view text, const Accept& accept, std::vector<int32_t>& ids) const;
   void encode_words(std::string_view text, std::vector<int32_t>& ids) const;
-  const ChatTemplate& chat_template() const;
-  void check_id(int id) const;
+  void check_id(int id) const override;
+  const std::string& source() const override { return spec_.source; }
 
   BpeTokenizerSpec spec_;
   AddedTokenMatcher raw_matcher_;         // added tokens matched in the raw text
   AddedTokenMatcher normalized_matcher_;  // those matched after normalization
   std::vector<int32_t> added_by_id_;      // id -> index into spec_.added_tokens, or -1
-  std::unique_ptr<ChatTemplate> chat_template_;
   int vocab_size_ = 0;
   int bos_id_ = -1;
   int eos_id_ = -1;
-  std::vector<int> eos_ids_;
 };
 
 }  // namespace serve8

@@ -92,11 +92,9 @@ SpmBpeTokenizer::SpmBpeTokenizer(SpmVocabSpec spec) : spec_(std::move(spec)) {
   }
   user_defined_ = AddedTokenMatcher(std::move(user_defined));
   control_ = AddedTokenMatcher(std::move(control));
-  if (spec_.eos_id >= 0) eos_ids_.push_back(spec_.eos_id);
+  if (spec_.eos_id >= 0) add_eos_id(spec_.eos_id);
   for (int id : spec_.extra_eos_ids) {
-    if (id >= 0 && id < vocab_size() && std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) {
-      eos_ids_.push_back(id);
-    }
+    if (id >= 0 && id < vocab_size()) add_eos_id(id);
   }
 }
 
@@ -275,32 +273,6 @@ std::string SpmBpeTokenizer::decode(std::span<const int32_t> ids, bool skip_spec
   }
   flush_bytes();
   return out;
-}
-
-const ChatTemplate& SpmBpeTokenizer::chat_template() const {
-  SERVE8_CHECK(chat_template_ != nullptr, "the tokenizer '{}' has no chat template set{}", spec_.source,
-               spec_.chat_template.empty() ? "" : " (its file carries a Jinja template that has not been compiled)");
-  return *chat_template_;
-}
-
-std::string SpmBpeTokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
-                                                 bool add_generation_prompt) const {
-  return join_segment_text(chat_template().render(messages, add_generation_prompt));
-}
-
-std::vector<int32_t> SpmBpeTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
-                                                  bool add_generation_prompt) const {
-  return encode_segments(chat_template().render(messages, add_generation_prompt));
-}
-
-void SpmBpeTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template,
-                                        const std::vector<int>& end_of_turn_ids) {
-  SERVE8_CHECK(chat_template != nullptr, "a tokenizer needs a chat template");
-  for (int id : end_of_turn_ids) {
-    check_id(id);
-    if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
-  }
-  chat_template_ = std::move(chat_template);
 }
 
 }  // namespace serve8

@@ -12,7 +12,7 @@
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/gguf_vocab.h"
-#include "tokenizer/tokenizer.h"
+#include "tokenizer/templated_tokenizer.h"
 
 namespace serve8 {
 
@@ -31,7 +31,7 @@ struct SpmVocabSpec {
   std::string chat_template;
 };
 
-class SpmBpeTokenizer final : public Tokenizer {
+class SpmBpeTokenizer final : public TemplatedTokenizer {
  public:
   // Throws Error naming spec.source when the lists disagree in length or an id is out of range.
   explicit SpmBpeTokenizer(SpmVocabSpec spec);
@@ -40,27 +40,21 @@ class SpmBpeTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const override;
   int vocab_size() const override { return static_cast<int>(spec_.pieces.size()); }
   int bos_id() const override { return spec_.bos_id; }
-  std::vector<int> eos_ids() const override { return eos_ids_; }
   std::string id_to_piece(int id) const override;
-  std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
-  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
-  bool has_chat_template() const override { return chat_template_ != nullptr; }
 
-  // As BpeTokenizer::encode_segments: control pieces ("<s>") count only in trusted text.
-  std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const;
-  bool is_special(int id) const;
-  const std::string& bos_token() const;
-  const std::string& eos_token() const;
-  const std::string& chat_template_source() const { return spec_.chat_template; }
-  // end_of_turn_ids: the ids the format closes a turn with, which end generation as EOS does.
-  void set_chat_template(std::unique_ptr<ChatTemplate> chat_template, const std::vector<int>& end_of_turn_ids = {});
+  // Control pieces ("<s>") are the special tokens of encode_segments.
+  std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const override;
+  bool is_special(int id) const override;
+  const std::string& bos_token() const override;
+  const std::string& eos_token() const override;
+  const std::string& chat_template_source() const override { return spec_.chat_template; }
 
  private:
   // One SentencePiece encode call: escaping, dummy prefix, user-defined pieces, BPE.
   void encode_fragment(std::string_view text, std::vector<int32_t>& ids) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& ids) const;
-  void check_id(int id) const;
-  const ChatTemplate& chat_template() const;
+  void check_id(int id) const override;
+  const std::string& source() const override { return spec_.source; }
 
   SpmVocabSpec spec_;
   TokenIds mergeable_;                // normal and user-defined pieces: what merges may form
@@ -68,8 +62,6 @@ class SpmBpeTokenizer final : public Tokenizer {
   std::vector<int16_t> byte_values_;  // id -> the byte of a <0xNN> piece, or -1
   AddedTokenMatcher user_defined_;    // matched in every text, as SentencePiece does
   AddedTokenMatcher control_;         // matched only in trusted chat text
-  std::unique_ptr<ChatTemplate> chat_template_;
-  std::vector<int> eos_ids_;
 };
 
 }  // namespace serve8

@@ -37,8 +37,7 @@ std::unique_ptr<Tokenizer> load_from_directory(const fs::path& dir) {
 // <end_of_turn>, </s>): the first id of the template text right after an assistant message's
 // content. A model ends its reply with it, so it must stop generation even where the files name
 // another EOS (a ChatML model whose eos_token is <|endoftext|>).
-template <class Tok>
-std::vector<int> end_of_turn_ids(const Tok& tok, const ChatTemplate& chat) {
+std::vector<int> end_of_turn_ids(const TemplatedTokenizer& tok, const ChatTemplate& chat) {
   constexpr std::string_view kReply = "OK";
   std::vector<ChatSegment> segments;
   try {
@@ -62,8 +61,7 @@ std::vector<int> end_of_turn_ids(const Tok& tok, const ChatTemplate& chat) {
 
 // Compiles the Jinja template the tokenizer's files carry and sets it, with HF's special-token
 // variables; a template serve8 cannot parse leaves chat off rather than failing the whole model.
-template <class Tok>
-void use_files_chat_template(Tok& tok, const std::string& path) {
+void use_files_chat_template(TemplatedTokenizer& tok, const std::string& path) {
   const std::string& source = tok.chat_template_source();
   if (source.empty()) {
     spdlog::info("'{}' carries no chat template: /v1/chat/completions is refused, completions work", path);
@@ -112,13 +110,12 @@ bool Tokenizer::is_eos(int id) const {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
   std::unique_ptr<Tokenizer> tok = load_vocabulary(dir_or_file);
-  if (auto* bpe = dynamic_cast<BpeTokenizer*>(tok.get())) use_files_chat_template(*bpe, dir_or_file);
-  if (auto* spm = dynamic_cast<SpmBpeTokenizer*>(tok.get())) {
+  if (auto* templated = dynamic_cast<TemplatedTokenizer*>(tok.get())) {
     // As for tokenizer.model files: a SentencePiece vocabulary with no template gets Llama-2's.
-    if (spm->chat_template_source().empty()) {
-      spm->set_chat_template(std::make_unique<Llama2ChatTemplate>());
+    if (templated->chat_template_source().empty() && dynamic_cast<SpmBpeTokenizer*>(templated) != nullptr) {
+      templated->set_chat_template(std::make_unique<Llama2ChatTemplate>());
     } else {
-      use_files_chat_template(*spm, dir_or_file);
+      use_files_chat_template(*templated, dir_or_file);
     }
   }
   return tok;

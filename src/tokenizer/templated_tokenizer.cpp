@@ -1,0 +1,39 @@
+#include "tokenizer/templated_tokenizer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace serve8 {
+
+const ChatTemplate& TemplatedTokenizer::chat_template() const {
+  SERVE8_CHECK(chat_template_ != nullptr, "the tokenizer '{}' has no chat template set{}", source(),
+               chat_template_source().empty() ? "" : " (its files carry a Jinja template that has not been compiled)");
+  return *chat_template_;
+}
+
+std::string TemplatedTokenizer::apply_chat_template(const std::vector<ChatMessage>& messages,
+                                                    bool add_generation_prompt) const {
+  return join_segment_text(chat_template().render(messages, add_generation_prompt));
+}
+
+std::vector<int32_t> TemplatedTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
+                                                     bool add_generation_prompt) const {
+  return encode_segments(chat_template().render(messages, add_generation_prompt));
+}
+
+void TemplatedTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template,
+                                           const std::vector<int>& end_of_turn_ids) {
+  SERVE8_CHECK(chat_template != nullptr, "a tokenizer needs a chat template");
+  for (int id : end_of_turn_ids) {
+    check_id(id);
+    add_eos_id(id);
+  }
+  chat_template_ = std::move(chat_template);
+}
+
+void TemplatedTokenizer::add_eos_id(int id) {
+  if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+}
+
+}  // namespace serve8
