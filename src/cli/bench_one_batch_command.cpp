@@ -3,6 +3,8 @@
 // sequences, then `--output-len` greedy decode steps; per batch size, the prefill latency and
 // throughput and the median decode step. `--profile` adds a per-op split of the decode step
 // (graphs off, CUDA events around each op), which is where the attention share comes from.
+// `--copy-gbps` (the device copy bandwidth, read + write, measured elsewhere) adds the decode
+// step's model-bandwidth utilization: the bytes a step must read (weights, K/V) / step time / it.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -30,11 +32,23 @@ struct BenchOneBatchArgs {
   int input_len = 1024;
   int output_len = 16;
   int profile_steps = 0;
+  double copy_gbps = 0.0;
   std::string result_filename;
   std::string command_line;
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Bytes one decode step of `bs` sequences must read at a mean context of `ctx` cached tokens:
+// every weight once, except an untied input embedding table, of which a step gathers bs rows
+// (counted at the weights' mean bytes per parameter), and the K/V of every cached token.
+double decode_step_bytes(const EngineParts& e, int bs, double ctx) {
+  const ModelConfig& c = e.model->config();
+  const double weights = static_cast<double>(e.model->weight_bytes());
+  const double per_param = weights / static_cast<double>(c.num_parameters());
+  const double embedding = c.tie_word_embeddings ? 0.0 : per_param * c.vocab_size * static_cast<double>(c.hidden_size);
+  return weights - embedding + bs * ctx * static_cast<double>(e.kv->config().bytes_per_token());
+}
 
 struct Run {
   double prefill_s = 0.0;
@@ -112,6 +126,12 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
     fmt::print("  prefill: latency {:.5f} s, throughput {:.1f} token/s\n", r.prefill_s,
                bs * static_cast<double>(a.input_len) / r.prefill_s);
     fmt::print("  decode:  median latency {:.5f} s, median throughput {:.1f} token/s\n", dec, bs / dec);
+    // Step s reads input_len + s + 1 tokens of K/V: their mean over the timed steps.
+    const double step_bytes = decode_step_bytes(e, bs, a.input_len + (a.output_len + 1) / 2.0);
+    const double read_gbps = step_bytes / dec / 1e9;
+    fmt::print("  decode:  {:.3f} GB read per step (weights + K/V), {:.1f} GB/s", step_bytes / 1e9, read_gbps);
+    if (a.copy_gbps > 0) fmt::print(", MBU {:.1f}% of {:.0f} GB/s", 100.0 * read_gbps / a.copy_gbps, a.copy_gbps);
+    fmt::print("\n");
     fmt::print("  total:   latency {:.4f} s, throughput {:.1f} token/s\n", total,
                bs * static_cast<double>(a.input_len + a.output_len) / total);
     nlohmann::json j = {{"command", a.command_line},
@@ -129,8 +149,15 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
                         {"prefill_throughput", bs * static_cast<double>(a.input_len) / r.prefill_s},
                         {"median_decode_latency_s", dec},
                         {"median_decode_throughput", bs / dec},
+                        {"decode_step_bytes", step_bytes},
+                        {"decode_read_gb_per_s", read_gbps},
                         {"total_latency_s", total},
                         {"overall_throughput", bs * static_cast<double>(a.input_len + a.output_len) / total}};
+
+    if (a.copy_gbps > 0) {
+      j["copy_gb_per_s"] = a.copy_gbps;
+      j["decode_mbu"] = read_gbps / a.copy_gbps;
+    }
 
     if (a.profile_steps > 0) {
       // Op by op (graphs would hide the ops), after the timed steps, at the positions that follow.
@@ -179,6 +206,9 @@ void register_bench_one_batch(CLI::App& root, SetAction set_action) {
   app->add_option("--profile-steps", a->profile_steps,
                   "then this many decode steps op by op (graphs off), timing each op with CUDA events");
   app->add_option("--result-filename", a->result_filename, "append one JSON line per batch size here");
+  app->add_option("--copy-gbps", a->copy_gbps,
+                  "the device's copy bandwidth (GB/s, read + write): adds the decode step's MBU")
+      ->check(CLI::NonNegativeNumber);
   app->callback([a, set_action] {
     a->command_line = invoked_command_line();
     set_action([a] { return run_bench_one_batch(*a); });

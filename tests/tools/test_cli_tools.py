@@ -61,15 +61,25 @@ def test_dump_logits_rejects_out_of_vocab(stories, tmp_path):
 def test_bench_one_batch_writes_results(stories, tmp_path):
     res = tmp_path / "r.jsonl"
     r = subprocess.run([BIN, "bench-one-batch", "--device", "cpu", "--model-path", str(stories), "--batch-size", "1",
-                        "3", "--input-len", "16", "--output-len", "5", "--result-filename", str(res)],
+                        "3", "--input-len", "16", "--output-len", "5", "--kv-cache-dtype", "bf16", "--copy-gbps", "10",
+                        "--result-filename", str(res)],
                        check=True, capture_output=True, text=True)
     rows = [json.loads(l) for l in res.read_text().splitlines()]
     assert [x["batch_size"] for x in rows] == [1, 3]
+    cfg = json.load(open(stories / "config.json"))
+    layers, kv_dim = cfg["num_hidden_layers"], cfg["hidden_size"] // cfg["num_attention_heads"] * cfg["num_key_value_heads"]
     for x in rows:
         assert x["input_len"] == 16 and x["output_len"] == 5
         assert x["prefill_latency_s"] > 0 and x["median_decode_latency_s"] > 0
         assert x["median_decode_throughput"] == pytest.approx(x["batch_size"] / x["median_decode_latency_s"])
+        # K/V of the mean context over the 5 steps (16 + 3 tokens), 2 bytes each (bf16 KV), on top of
+        # the weights: the step with 3 sequences reads 2 x 19 more tokens' K/V than the one with 1.
+        kv_token = 2 * layers * kv_dim * 2
+        assert x["decode_step_bytes"] > 19 * x["batch_size"] * kv_token
+        assert x["decode_read_gb_per_s"] == pytest.approx(x["decode_step_bytes"] / x["median_decode_latency_s"] / 1e9)
+        assert x["decode_mbu"] == pytest.approx(x["decode_read_gb_per_s"] / 10)
         assert "bench-one-batch" in x["command"] and x["device"] and x["date"]
+    assert rows[1]["decode_step_bytes"] - rows[0]["decode_step_bytes"] == pytest.approx(2 * 19 * kv_token)
     assert "median latency" in r.stdout
 
 
