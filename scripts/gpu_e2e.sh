@@ -13,6 +13,7 @@
 #     hf32    the same with serve8 in fp32 (--dtype float32): exact agreement expected
 #     kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 KV against bf16 KV: mean KLD and top-1
 #     bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
+#     mbu     bench-one-batch MBU and op profile, Llama-3-8B / Llama-2-13B dummy, each KV dtype, B=64-256
 #     http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #     gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
 #             same file (gguf_file=), then fp16 / fp8_e5m2 / fp8_e4m3 KV vs bf16 KV (eval kld) on
@@ -221,6 +222,34 @@ bench() {
   done
 }
 
+# Issue #5's decode MBU at batch >= 64, as one static batch: Llama-3-8B and Llama-2-13B (dummy
+# weights), each KV dtype, batch 64/128/256 at 1,024-token prompts (a batch the pool cannot hold
+# ends that run with an error in log.txt after the smaller ones are written), against the copy bandwidth
+# measured here; --profile-steps splits a step into its ops (graphs off: kernel time by op, and the
+# wall-clock rest is launch gaps and host work). SERVE8_MBU_MODELS / _BATCHES / _KV narrow it.
+mbu() {
+  local copy
+  copy=$(python3 -c "
+import torch
+x = torch.empty(2**31, dtype=torch.uint8, device='cuda'); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(10): y.copy_(x)
+e.record(); torch.cuda.synchronize()
+print(round(2 * 10 * x.numel() / (s.elapsed_time(e) / 1e3) / 1e9))")
+  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/mbu_summary.txt"
+  for cfg in ${SERVE8_MBU_MODELS:-llama-3-8b llama-2-13b}; do
+    for kv in ${SERVE8_MBU_KV:-auto fp8_e5m2 fp8_e4m3}; do
+      # shellcheck disable=SC2086  # the batch list is several arguments
+      "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
+        --kv-cache-dtype "$kv" --batch-size ${SERVE8_MBU_BATCHES:-64 128 256} --input-len 1024 --output-len 32 \
+        --profile-steps 4 --copy-gbps "$copy" --result-filename "$OUT/mbu_bench_one_batch.jsonl" \
+        2>>"$OUT/log.txt" | sed "s/^/$cfg $kv: /" | tee -a "$OUT/mbu_summary.txt"
+    done
+  done
+}
+
 http() {
   tar -C /tmp -xJf "$E/pydeps.tar.xz"
   export PYTHONPATH="/tmp/pydeps${PYTHONPATH:+:$PYTHONPATH}"
@@ -261,6 +290,6 @@ case "${1:-}" in
     tar -C "$OUT" -czf "$final/results.tgz" .
     cp "$OUT"/*_summary.txt "$final/" 2>/dev/null || true
     ;;
-  *) echo "usage: scripts/gpu_e2e.sh pack | pack-gguf | stash-gguf | run [golden|hf|hf32|kvfp8|bench|http|gguf|gguf32 ...]" >&2
+  *) echo "usage: scripts/gpu_e2e.sh pack | pack-gguf | stash-gguf | run [golden|hf|hf32|kvfp8|bench|mbu|http|gguf|gguf32 ...]" >&2
      exit 2 ;;
 esac
