@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# bench/peer on the GPU machine (no network): FlashInfer's paged attention against ours on
+# bench/attention's grid, one device call (or two: see below).
+#
+#   bench/peer/run.sh [STEP...]     steps, default: install jit ours fi compare
+#     install  pip-installs the wheels carried in .carry/peer/wheels (--no-index --no-deps) into
+#              /tmp/serve8-peer/py, on PYTHONPATH; packages the machine already imports are left alone
+#     jit      JIT-compiles the FlashInfer modules the grid needs (nvcc, sm_90a), one process per
+#              module in parallel; times each (jit.txt)
+#     ours     bench_attention from .carry/gpu/gpu.tar.xz (scripts/gpu_test.sh pack) on the same grid
+#     fi       bench/peer/flashinfer_bench.py
+#     compare  bench/peer/compare.py: compare.md (table) and peer_h200.png
+# With the device tool: run(command="bash bench/peer/run.sh", carry=[".carry/peer", ".carry/gpu"],
+# timeout_s=600). Everything lands in $OUT: peer_results.tgz (all logs and JSON) and, beside it,
+# compare.md, peer_h200.png, flashinfer_bench.json, attention_bench.json, summary.txt.
+#
+# Work and caches live in /tmp/serve8-peer and outlast a call while the machine stays warm: the
+# JIT cache (FLASHINFER_WORKSPACE_BASE), the installed wheels, and each step's results. A step
+# whose result is there is skipped (PEER_FRESH=1 redoes them), so when the first call runs out of
+# time in the JIT, the same call again goes on where it stopped (ninja keeps the finished objects).
+#
+# Environment:
+#   PEER_QUICK=1        bench_attention's --quick grid (decode B 1/64 x ctx 512/4096, prefill 2048,
+#                       extend 4x512 over 2048) on both sides
+#   PEER_FILTER='A;B'   --filter A --filter B on both sides (';'-separated substrings of the label
+#                       "heads kind B=.. q=.. kv=.. kv_dtype"), e.g. 'decode' or 'fp8'
+#   PEER_REPS=10        timed reps per case (median)
+#   PEER_DEADLINE_S=570 seconds from the start after which no step starts and running ones stop
+#   PEER_JIT_JOBS=3     ninja jobs per module build (MAX_JOBS); modules build in parallel
+#   PEER_FRESH=1        redo every step
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+t0=$(date +%s)
+deadline=${PEER_DEADLINE_S:-570}
+base=/tmp/serve8-peer
+W="$base/work"
+final="${OUT:-$base/out}"
+mkdir -p "$W" "$final"
+[[ "${PEER_FRESH:-0}" == 1 ]] && rm -rf "$W" && mkdir -p "$W"
+export FLASHINFER_WORKSPACE_BASE="$base" TVM_FFI_CACHE_DIR="$base/tvm-ffi"
+export FLASHINFER_CUDA_ARCH_LIST="${FLASHINFER_CUDA_ARCH_LIST:-9.0a}"
+export PYTHONPATH="$base/py${PYTHONPATH:+:$PYTHONPATH}" PATH="$base/py/bin:$PATH"
+[[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="$PATH:/usr/local/cuda/bin" CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+
+grid=()
+[[ "${PEER_QUICK:-0}" == 1 ]] && grid+=(--quick)
+if [[ -n "${PEER_FILTER:-}" ]]; then
+  IFS=';' read -ra fs <<<"$PEER_FILTER"
+  for f in "${fs[@]}"; do grid+=(--filter "$f"); done
+fi
+reps=(--reps "${PEER_REPS:-10}")
+
+left() { echo $((deadline - ($(date +%s) - t0))); }
+# A timeout for a command that must end MARGIN seconds before the deadline (at least 1 s: 0 would
+# mean none).
+tl() { local t=$(($(left) - $1)); echo $((t < 1 ? 1 : t)); }
+log() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$W/summary.txt"; }
+
+pack() {
+  cp -f "$W"/compare.md "$W"/peer_h200.png "$W"/flashinfer_bench.json "$W"/attention_bench.json "$W"/summary.txt \
+    "$final/" 2>/dev/null
+  tar -C "$W" -czf "$final/peer_results.tgz" . 2>/dev/null
+  ls -la "$final"
+}
+trap pack EXIT
+
+install() {
+  local wh="$root/.carry/peer/wheels" stamp="$base/py/.installed"
+  [[ -d "$wh" ]] || { log "install: no $wh (carry .carry/peer)"; return 1; }
+  if [[ -f "$stamp" ]] && cmp -s "$stamp" "$wh/SHA256SUMS"; then log "install: already there"; import_check; return; fi
+  (cd "$wh" && sha256sum -c --quiet SHA256SUMS) || { log "install: wheel checksum mismatch"; return 1; }
+  rm -rf "$base/py" && mkdir -p "$base/py"
+  # Always ours: FlashInfer, its FFI layer, the ninja binary's wheel and the small pure-Python deps
+  # that nothing else on the machine brings. The rest only where the machine lacks the module.
+  local pick=("$wh"/flashinfer_python-*.whl "$wh"/apache_tvm_ffi-*.whl "$wh"/ninja-*.whl "$wh"/nvidia_ml_py-*.whl
+    "$wh"/einops-*.whl "$wh"/click-*.whl "$wh"/tabulate-*.whl)
+  local m
+  for m in requests:requests urllib3:urllib3 idna:idna certifi:certifi charset_normalizer:charset_normalizer tqdm:tqdm \
+    packaging:packaging; do
+    if ! python3 -c "import ${m%%:*}" 2>/dev/null; then pick+=("$wh/${m#*:}"-*.whl); fi
+  done
+  if ! python3 -c "import packaging, sys; from packaging.version import Version as V; sys.exit(V(packaging.__version__) < V('24.2'))" 2>/dev/null; then
+    pick+=("$wh"/packaging-*.whl)
+  fi
+  if python3 -m pip --version >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target "$base/py" "${pick[@]}" 2>&1 | grep -v "WARNING: Running pip as" | tail -5
+  else  # no pip: a wheel is a zip; its scripts (the ninja binary) go to bin/
+    python3 - "$base/py" "${pick[@]}" <<'PY'
+import os, sys, zipfile
+dst = sys.argv[1]
+for w in sys.argv[2:]:
+    with zipfile.ZipFile(w) as z:
+        for n in z.namelist():
+            parts = n.split("/")
+            if len(parts) > 2 and parts[0].endswith(".data") and parts[1] == "scripts":
+                out = os.path.join(dst, "bin", parts[-1])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                open(out, "wb").write(z.read(n))
+                os.chmod(out, 0o755)
+            elif not parts[0].endswith(".data"):
+                z.extract(n, dst)
+PY
+  fi
+  cp "$wh/SHA256SUMS" "$stamp"
+  { nvcc --version | tail -2; which ninja nvcc; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv; } \
+    >>"$W/summary.txt" 2>&1
+  import_check
+}
+
+# The first import may build tvm-ffi's torch DLPack addon (cached in TVM_FFI_CACHE_DIR): once here,
+# before the parallel JIT processes would all race to build it.
+import_check() {
+  local s=$(date +%s)
+  python3 -c "import torch, flashinfer, tvm_ffi; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| flashinfer', flashinfer.__version__, '| tvm_ffi', tvm_ffi.__version__)" \
+    >"$W/import.log" 2>&1
+  local rc=$?
+  log "import: rc=$rc in $(($(date +%s) - s)) s: $(tail -1 "$W/import.log")"
+  ((rc == 0)) || tail -20 "$W/import.log" | tee -a "$W/summary.txt"
+  return $rc
+}
+
+jit() {
+  [[ -f "$W/jit.done" ]] && { log "jit: done before"; return 0; }
+  local mods m pids=() t1
+  mods=$(python3 "$root/bench/peer/flashinfer_bench.py" --jit-list "${grid[@]}") || { log "jit: --jit-list failed"; return 1; }
+  log "jit: $(echo $mods) with MAX_JOBS=${PEER_JIT_JOBS:-3} each, $(nproc) cores; $(left) s left"
+  t1=$(date +%s)
+  echo "== $(date -u +%H:%M:%S) $(left) s left" >>"$W/jit.txt"
+  for m in $mods; do
+    (
+      s=$(date +%s)
+      MAX_JOBS=${PEER_JIT_JOBS:-3} timeout "$(tl 20)" python3 "$root/bench/peer/flashinfer_bench.py" --jit "$m" \
+        >"$W/jit_${m/:/_}.log" 2>&1
+      echo "$m rc=$? $(($(date +%s) - s)) s" >>"$W/jit.txt"
+    ) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  local this ok=1
+  this=$(sed -n '/^==/h; /^==/!H; ${x;p}' "$W/jit.txt" | grep -v '^==')  # this call's lines
+  log "jit: $(($(date +%s) - t1)) s wall: $(echo "$this" | sort | tr '\n' ';')"
+  # rc 124/137: stopped by the deadline (call again); any other failure is kept in jit_failed.txt,
+  # and flashinfer_bench.py records those variants as not built instead of trying again.
+  : >"$W/jit_failed.txt"
+  for m in $mods; do
+    if echo "$this" | grep -q "^$m rc=0"; then continue; fi
+    if echo "$this" | grep -qE "^$m rc=(124|137) "; then ok=0; else echo "$m" >>"$W/jit_failed.txt"; fi
+    tail -5 "$W/jit_${m/:/_}.log" | tee -a "$W/summary.txt"
+  done
+  if ((ok)); then touch "$W/jit.done"; else log "jit: not finished before the deadline: make the same call again"; fi
+  du -sh "$base/.cache/flashinfer" 2>/dev/null | tee -a "$W/summary.txt"
+}
+
+ours() {
+  [[ -f "$W/attention_bench.json" ]] && { log "ours: done before"; return 0; }
+  local packed="$root/.carry/gpu/gpu.tar.xz" stage=/tmp/serve8-gpu
+  [[ -f "$packed" ]] || { log "ours: no $packed (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
+  rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"
+  local libpath="$stage/lib:/usr/local/cuda/lib64" lt
+  if ! LD_LIBRARY_PATH="$libpath" ldd "$stage/bin/bench_attention" | grep -q 'libcublasLt.so.* => /'; then
+    lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
+    [[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
+  fi
+  SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)" LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    timeout "$(tl 5)" "$stage/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
+    >"$W/attention_bench.txt" 2>&1
+  local rc=$?
+  [[ -f "$W/attention_bench.json.tmp" ]] && mv "$W/attention_bench.json.tmp" "$W/attention_bench.json"
+  log "ours: rc=$rc ($(tail -1 "$W/attention_bench.txt"))"
+}
+
+fi_bench() {
+  [[ -f "$W/flashinfer_bench.json" ]] && { log "fi: done before"; return 0; }
+  # Without the jit step's modules, plan() would compile them one by one inside the timed run.
+  [[ -f "$W/jit.done" || "${PEER_NO_JIT_STEP:-0}" == 1 ]] || { log "fi: the jit step has not finished: call again"; return 1; }
+  local skip
+  skip=$(paste -sd, "$W/jit_failed.txt" 2>/dev/null)
+  timeout "$(tl 5)" python3 "$root/bench/peer/flashinfer_bench.py" --out "$W/flashinfer_bench.json.tmp" \
+    "${grid[@]}" "${reps[@]}" ${skip:+--skip-modules "$skip"} >"$W/flashinfer_bench.txt" 2>&1
+  local rc=$?
+  [[ -f "$W/flashinfer_bench.json.tmp" ]] && mv "$W/flashinfer_bench.json.tmp" "$W/flashinfer_bench.json"
+  log "fi: rc=$rc ($(tail -1 "$W/flashinfer_bench.txt"))"
+}
+
+compare() {
+  [[ -f "$W/attention_bench.json" && -f "$W/flashinfer_bench.json" ]] || { log "compare: a JSON is missing"; return 1; }
+  python3 "$root/bench/peer/compare.py" "$W/attention_bench.json" "$W/flashinfer_bench.json" --png "$W/peer_h200.png" \
+    --md "$W/compare.md" >/dev/null 2>"$W/compare.err"
+  log "compare: rc=$? $(grep '^FP8 decode' "$W/compare.md" 2>/dev/null)"
+}
+
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(install jit ours fi compare)
+log "bench/peer/run.sh ${steps[*]} (grid: ${grid[*]:-full} ${reps[*]}); deadline ${deadline} s"
+for s in "${steps[@]}"; do
+  if (($(left) < 30)); then log "$s: not started, $(left) s left (call again: finished steps are kept)"; continue; fi
+  case "$s" in
+    install) install ;;
+    jit) jit ;;
+    ours) ours ;;
+    fi) fi_bench ;;
+    compare) compare ;;
+    *) log "unknown step $s" ;;
+  esac
+done
