@@ -57,6 +57,7 @@ int run_serve(ServeArgs a) {
   if (a.server.served_model_name.empty()) a.server.served_model_name = last_path_component(a.engine.model_path);
   SERVE8_CHECK(a.server.port > 0 && a.server.port < 65536, "--port must be in 1..65535, got {}", a.server.port);
   SERVE8_CHECK(a.server.max_request_bytes > 0, "--max-request-bytes must be positive");
+  SERVE8_CHECK(a.server.http_timeout_seconds > 0, "--http-timeout must be positive");
   SERVE8_CHECK(a.server.max_queued_requests >= 0, "--max-queued-requests must be >= 0 (0: unlimited)");
 
   // A client that disconnects must not kill the server through SIGPIPE on the next write.
@@ -103,6 +104,9 @@ void register_serve(CLI::App& root, SetAction set_action) {
   app->add_option("--served-model-name", a->server.served_model_name,
                   "model name of the OpenAI API (default: the model path's last component)");
   app->add_option("--max-request-bytes", a->server.max_request_bytes, "largest request body; larger gets 413")
+      ->capture_default_str();
+  app->add_option("--http-timeout", a->server.http_timeout_seconds,
+                  "seconds a connection may stall while its request is read or its response written")
       ->capture_default_str();
   app->add_option("--max-queued-requests", a->server.max_queued_requests,
                   "answer 503 while this many requests wait (0: unlimited)")

@@ -114,8 +114,8 @@ HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOpti
   });
   svr.set_payload_max_length(options.max_request_bytes);
   svr.set_keep_alive_timeout(2);
-  svr.set_read_timeout(30);
-  svr.set_write_timeout(30);
+  svr.set_read_timeout(options.http_timeout_seconds);
+  svr.set_write_timeout(options.http_timeout_seconds);
 
   svr.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!ctx.options.api_key.empty() && req.method != "OPTIONS" && !is_public_path(req.path)) {

@@ -64,13 +64,20 @@ void check_absent(const Json& obj, const char* key, const std::string& param) {
 }  // namespace
 
 Json parse_json_object(const std::string& body) {
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  Json j;
+  try {
+    j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  } catch (const Json::exception&) {
+    // nlohmann 3.11 throws out_of_range.406 for a number beyond double (1e400) even without
+    // exceptions: the reparse below turns it into a 400.
+    j = Json(Json::value_t::discarded);
+  }
   if (j.is_discarded()) {
     // Parse again to get the parser's message (position, and whether it was bad UTF-8).
     try {
       const Json reparsed = Json::parse(body);
       (void)reparsed;
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
       throw invalid_request(std::string("The request body is not valid JSON: ") + e.what());
     }
     throw invalid_request("The request body is not valid JSON");
@@ -236,7 +243,8 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   if (auto v = read_bool(body, "echo", "echo"); v && *v) throw_invalid("echo", "'echo' is not supported by serve8");
   if (!chat && field(body, "suffix") != nullptr) throw_invalid("suffix", "'suffix' is not supported by serve8");
   if (const Json* rf = field(body, "response_format")) {
-    if (!rf->is_object() || rf->value("type", "") != "text")
+    const auto type = rf->is_object() ? rf->find("type") : rf->end();
+    if (!rf->is_object() || type == rf->end() || *type != "text")
       throw_invalid("response_format", "Only response_format {{\"type\": \"text\"}} is supported");
   }
 }

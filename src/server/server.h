@@ -20,6 +20,9 @@ struct ServerOptions {
   size_t max_request_bytes = 10u << 20;
   int max_queued_requests = 0;  // 503 beyond this many waiting requests; 0: unlimited
   double drain_seconds = 5.0;   // on shutdown, how long running requests may finish
+  // A connection idle this long while the server reads its request or writes its response (a
+  // client sending its body slowly, or not reading its answer) is closed; its requests abort.
+  int http_timeout_seconds = 30;
 };
 
 class HttpServer {

@@ -186,6 +186,185 @@ def test_chat_without_template(start_server):
     assert r.ok, r.text
 
 
+# ---- every route: wrong methods, bodies of the smaller routes, refusals while busy ----
+
+# (method, path, body or None, expected status). GET-only routes refuse POST and vice versa; the
+# answer is always OpenAI's error body.
+ROUTE_ERRORS = [
+    ("POST", "/v1/models", b"{}", 404),
+    ("DELETE", "/v1/models", None, 404),
+    ("GET", "/v1/completions", None, 404),
+    ("GET", "/v1/chat/completions", None, 404),
+    ("GET", "/generate", None, 404),
+    ("PUT", "/generate", b"{}", 404),
+    ("POST", "/get_server_info", b"{}", 404),
+    ("POST", "/server_info", b"{}", 404),
+    ("POST", "/get_model_info", b"{}", 404),
+    ("POST", "/health", b"{}", 404),
+    ("POST", "/health_generate", b"{}", 404),
+    ("POST", "/metrics", b"{}", 404),
+    ("GET", "/abort_request", None, 404),
+    ("GET", "/v1", None, 404),
+    ("GET", "/v1/models/../../etc/passwd", None, 404),
+    ("GET", "/%2e%2e/%2e%2e/etc/passwd", None, 404),
+    ("POST", "/abort_request", b"{bad", 400),
+    ("POST", "/abort_request", b"[]", 400),
+    ("POST", "/abort_request", b"{}", 400),
+    ("POST", "/abort_request", b'{"rid": 5}', 400),
+    ("POST", "/abort_request", b'{"rid": ["a"]}', 400),
+]
+
+
+@pytest.mark.parametrize("method,path,data,status", ROUTE_ERRORS)
+def test_route_errors(text_server, method, path, data, status):
+    headers = dict(text_server.headers())
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    r = requests.request(method, text_server.url + path, data=data, headers=headers, timeout=60)
+    check_error(text_server, r, status)
+
+
+def test_wrong_content_type_every_json_route(text_server):
+    for path in ("/generate", "/v1/completions", "/v1/chat/completions", "/abort_request"):
+        for ctype in ("text/plain", "multipart/form-data; boundary=x", "application/xml"):
+            r = raw_post(text_server, path, b'{"rid": "x", "text": "hi"}', ctype)
+            assert check_error(text_server, r, 415)["code"] == "unsupported_media_type", (path, ctype)
+
+
+def test_invalid_utf8_every_route(text_server):
+    bad = [
+        ("/v1/completions", b'{"model": "tiny", "prompt": "\xc0\xaf"}'),
+        ("/v1/completions", b'{"model": "tiny", "prompt": ["ok", "\xf8\x88\x80\x80\x80"]}'),
+        ("/v1/chat/completions", b'{"model": "tiny", "messages": [{"role": "user", "content": "\xff"}]}'),
+        ("/v1/chat/completions", b'{"model": "\xfe", "messages": [{"role": "user", "content": "x"}]}'),
+        ("/generate", b'{"text": "ok", "sampling_params": {"stop": ["\x80"]}}'),
+        ("/abort_request", b'{"rid": "\xff\xff"}'),
+    ]
+    for path, data in bad:
+        err = check_error(text_server, raw_post(text_server, path, data), 400)
+        assert "JSON" in err["message"] or "UTF-8" in err["message"], (path, err)
+
+
+def test_pathological_json(text_server):
+    """Deep nesting, huge numbers and very long keys parse (or fail) cleanly; none reaches the engine."""
+    deep = b'{"text": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    for path in ("/generate", "/v1/completions", "/v1/chat/completions"):
+        check_error(text_server, raw_post(text_server, path, deep), 400)
+    for data in (b'{"input_ids": [1, 1e400]}', b'{"input_ids": [1, 99999999999999999999999999]}',
+                 b'{"text": "hi", "sampling_params": {"temperature": 1e999}}',
+                 b'{"text": "hi", "sampling_params": {"max_new_tokens": 1.5}}',
+                 b'{"text": "hi", "sampling_params": {"max_new_tokens": NaN}}',
+                 b'{"' + b"k" * 100000 + b'": 1}'):
+        check_error(text_server, raw_post(text_server, "/generate", data), 400)
+
+
+MORE_SAMPLING_400 = [
+    {"top_k": -7}, {"min_p": 1.5}, {"min_p": -0.1}, {"top_k": 1.5}, {"top_p": -0.5},
+    {"max_new_tokens": 0.5}, {"max_new_tokens": True}, {"stop_token_ids": [-1]}, {"stop_token_ids": "2"},
+    {"ignore_eos": "yes"}, {"seed": "x"}, {"n": 2},
+]
+
+
+@pytest.mark.parametrize("sp", MORE_SAMPLING_400)
+def test_more_out_of_range_sampling(text_server, sp):
+    check_error(text_server, text_server.post("/generate", {"text": "hi", "sampling_params": sp}), 400)
+
+
+def test_unknown_top_level_fields_are_ignored(text_server):
+    """Like SGLang (and OpenAI's SDKs, which send extra fields), unknown top-level fields are
+    ignored; unknown sampling parameters are refused (test_generate_bad_input)."""
+    r = text_server.post("/generate", {"text": "hi", "bogus": {"a": [1]}, "sampling_params": {"max_new_tokens": 1}})
+    assert r.status_code == 200, r.text
+    r = text_server.post("/v1/completions", {"model": "tiny", "prompt": "hi", "max_tokens": 1, "user": "u",
+                                             "bogus": 1})
+    assert r.status_code == 200, r.text
+
+
+def test_batches_with_a_bad_item_are_refused_whole(text_server):
+    """A batch with one bad prompt or parameter is refused before anything runs."""
+    before = text_server.server_info()["num_finished"]
+    sp_ok = {"max_new_tokens": 2}
+    for path, body, param in (
+        ("/generate", {"text": ["fine", ""]}, "text"),
+        ("/generate", {"text": ["fine", "also fine", None]}, "text"),
+        ("/generate", {"input_ids": [[1, 2, 3], [1, -1]]}, "input_ids"),
+        ("/generate", {"input_ids": [[1, 2, 3], []]}, "input_ids"),
+        ("/generate", {"input_ids": [[1, 2, 3], 7]}, "input_ids"),
+        ("/generate", {"input_ids": [[1, 2], [1, 3]], "sampling_params": [sp_ok, {"temperature": -1}]}, None),
+        ("/generate", {"input_ids": [[1, 2], [1, 3]], "sampling_params": [sp_ok]}, "sampling_params"),
+        ("/generate", {"input_ids": [[1, 2], [1, 3]], "rid": ["a", 5]}, "rid"),
+        ("/generate", {"input_ids": [[1, 2], [1, 3]], "rid": ["a", "a"]}, "rid"),
+        ("/v1/completions", {"model": "tiny", "prompt": ["fine", 5]}, "prompt"),
+        ("/v1/completions", {"model": "tiny", "prompt": ["fine", ""]}, "prompt"),
+        ("/v1/completions", {"model": "tiny", "prompt": [[1, 2], [1, "x"]]}, "prompt"),
+        ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": "x"}, 5]}, None),
+    ):
+        check_error(text_server, text_server.post(path, body), 400, param)
+    info = text_server.server_info()
+    assert info["num_finished"] == before and info["num_running_reqs"] == 0
+
+
+def test_http_level_garbage(text_server):
+    """Requests httplib itself refuses (bad request line, bad Content-Length) close cleanly; the
+    server keeps serving."""
+    import socket
+    for raw in (b"GARBAGE\r\n\r\n",
+                b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}",
+                b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: -5\r\n\r\n{}",
+                b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+                b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64,  # a TLS ClientHello
+                b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"):
+        s = socket.create_connection(("127.0.0.1", text_server.port), timeout=30)
+        s.sendall(raw)
+        reply = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+                if b"\r\n\r\n" in reply:
+                    break
+        except (ConnectionResetError, TimeoutError):
+            pass
+        s.close()
+        assert not reply or reply.startswith(b"HTTP/1.1 4"), (raw[:40], reply[:200])
+        assert text_server.get("/health").status_code == 200
+
+
+def test_flush_cache_refused_while_busy(text_server):
+    from conftest import post_raw
+    s = post_raw(text_server, b'{"text": "busy", "stream": true, "sampling_params": '
+                              b'{"max_new_tokens": 1500, "ignore_eos": true}}')
+    got = b""
+    while b"data: " not in got:
+        chunk = s.recv(65536)
+        assert chunk
+        got += chunk
+    err = check_error(text_server, text_server.post("/flush_cache"), 400)
+    assert "running" in err["message"]
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def small_body_server(start_server):
+    return start_server(["--max-request-bytes", "2048", "--served-model-name", "tiny", "--max-total-tokens", "2048"])
+
+
+def test_oversized_body_every_route(small_body_server):
+    s = small_body_server
+    pad = "x" * 3000
+    for path, body in (("/generate", {"text": pad}), ("/v1/completions", {"model": "tiny", "prompt": pad}),
+                       ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "user", "content": pad}]}),
+                       ("/abort_request", {"rid": pad}), ("/flush_cache", {"pad": pad})):
+        err = check_error(s, s.post(path, body), 413)
+        assert "--max-request-bytes" in err["message"], (path, err)
+    # Just under the limit is fine.
+    assert s.post("/generate", {"text": "y" * 100, "sampling_params": {"max_new_tokens": 1}}).status_code == 200
+    s.assert_all_slots_free()
+
+
 def test_still_serving_and_slots_free(text_server, ids_server):
     r = text_server.generate(text="still alive", sampling_params={"max_new_tokens": 3})
     assert r["meta_info"]["completion_tokens"] >= 1
