@@ -163,7 +163,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   Json j;
   try {
     j = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     fail("{}: not valid JSON: {}", origin, e.what());
   }
   SERVE8_CHECK(j.is_object(), "{}: expected a JSON object at the top level", origin);

@@ -248,17 +248,32 @@ std::string GgufTensor::shape_str() const {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SERVE8_CHECK(fd_ >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-  struct stat st {};
-  SERVE8_CHECK(::fstat(fd_, &st) == 0, "{}: cannot stat", path);
-  size_ = static_cast<size_t>(st.st_size);
-  SERVE8_CHECK(size_ >= 24, "{}: {} bytes is too short for a GGUF header", path, size_);
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-  SERVE8_CHECK(map_ != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
-  const auto* base = static_cast<const uint8_t*>(map_);
+  // The destructor does not run when a constructor throws: release the descriptor and the mapping here.
+  try {
+    struct stat st {};
+    SERVE8_CHECK(::fstat(fd_, &st) == 0, "{}: cannot stat", path);
+    size_ = static_cast<size_t>(st.st_size);
+    SERVE8_CHECK(size_ >= 24, "{}: {} bytes is too short for a GGUF header", path, size_);
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    SERVE8_CHECK(m != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
+    map_ = m;
+    parse(static_cast<const uint8_t*>(map_), size_);
+  } catch (...) {
+    if (map_) ::munmap(map_, size_);
+    ::close(fd_);
+    throw;
+  }
+}
+
+GgufFile::GgufFile(const uint8_t* bytes, size_t size, const std::string& name) : path_(name) { parse(bytes, size); }
+
+void GgufFile::parse(const uint8_t* base, size_t size) {
+  const std::string& path = path_;
+  SERVE8_CHECK(size >= 24, "{}: {} bytes is too short for a GGUF header", path, size);
   SERVE8_CHECK(std::memcmp(base, "GGUF", 4) == 0, "{}: not a GGUF file (bad magic)", path);
-  Cursor c(base, size_, path_);
+  Cursor c(base, size, path_);
   c.read<uint32_t>("the magic");
   version_ = c.read<uint32_t>("the version");
   SERVE8_CHECK(version_ == 2 || version_ == 3, "{}: GGUF version {} (serve8 reads 2 and 3)", path, version_);
@@ -277,9 +292,13 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     t.name = c.string("a tensor name");
     const uint32_t nd = c.read<uint32_t>("a tensor's dimension count");
     SERVE8_CHECK(nd >= 1 && nd <= 4, "{}: tensor '{}' has {} dimensions", path, t.name, nd);
+    uint64_t numel = 1;
     for (uint32_t d = 0; d < nd; ++d) {
       const uint64_t v = c.read<uint64_t>("a tensor dimension");
       SERVE8_CHECK(v >= 1 && v < (uint64_t{1} << 40), "{}: tensor '{}' has dimension {}", path, t.name, v);
+      // Bounding the element count keeps numel() and the byte size below from overflowing.
+      SERVE8_CHECK(numel <= (uint64_t{1} << 50) / v, "{}: tensor '{}' has an absurd element count", path, t.name);
+      numel *= v;
       t.dims.push_back(static_cast<int64_t>(v));
     }
     t.type = c.read<uint32_t>("a tensor type");
@@ -294,9 +313,9 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   if (has("general.alignment")) align = static_cast<uint64_t>(get_int("general.alignment"));
   SERVE8_CHECK(align > 0 && (align & (align - 1)) == 0, "{}: general.alignment {} is not a power of two", path, align);
   const uint64_t data_start = (c.pos() + align - 1) / align * align;
-  SERVE8_CHECK(data_start <= size_, "{}: truncated before the data section", path);
+  SERVE8_CHECK(data_start <= size, "{}: truncated before the data section", path);
   data_ = base + data_start;
-  const uint64_t data_size = size_ - data_start;
+  const uint64_t data_size = size - data_start;
   for (const GgufTensor& t : tensors_) {
     SERVE8_CHECK(t.offset % align == 0, "{}: tensor '{}' at offset {} is not {}-byte aligned", path, t.name, t.offset,
                  align);
@@ -307,7 +326,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
 }
 
 GgufFile::~GgufFile() {
-  if (map_ && map_ != MAP_FAILED) ::munmap(map_, size_);
+  if (map_) ::munmap(map_, size_);
   if (fd_ >= 0) ::close(fd_);
 }
 

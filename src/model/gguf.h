@@ -53,6 +53,9 @@ struct GgufTensor {
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);
+  // Reads a GGUF file held in memory, with the same checks; `name` stands in for the path in
+  // errors. `bytes` must outlive this object (data() points into it).
+  GgufFile(const uint8_t* bytes, size_t size, const std::string& name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -75,6 +78,8 @@ class GgufFile {
   std::vector<float> dequantize(const GgufTensor& t) const;
 
  private:
+  void parse(const uint8_t* base, size_t size);  // the header, metadata and tensor table
+
   std::string path_;
   int fd_ = -1;
   void* map_ = nullptr;

@@ -177,21 +177,30 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     void* m = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd_, 0);
     SERVE8_CHECK(m != MAP_FAILED, "{}: cannot map {} bytes: {}", path, map_size_, std::strerror(errno));
     map_ = static_cast<uint8_t*>(m);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map_[i];  // little-endian on any host
-    SERVE8_CHECK(header_len <= map_size_ - 8,
-                 "{}: header length {} runs past the end of the file ({} bytes): not a safetensors file, or truncated",
-                 path, header_len, map_size_);
-    SERVE8_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is over the {}-byte limit", path, header_len,
-                 kMaxHeaderBytes);
-    data_ = map_ + 8 + header_len;
-    data_size_ = map_size_ - 8 - header_len;
-    parse_header(map_ + 8, header_len);
+    parse(map_, map_size_);
   } catch (...) {
     if (map_) ::munmap(map_, map_size_);
     ::close(fd_);
     throw;
   }
+}
+
+SafetensorsFile::SafetensorsFile(const uint8_t* bytes, size_t size, const std::string& name) : path_(name) {
+  parse(bytes, size);
+}
+
+void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
+  SERVE8_CHECK(size >= 8, "{}: {} bytes is too short for a safetensors file (8-byte header length first)", path_, size);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian on any host
+  SERVE8_CHECK(header_len <= size - 8,
+               "{}: header length {} runs past the end of the file ({} bytes): not a safetensors file, or truncated",
+               path_, header_len, size);
+  SERVE8_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is over the {}-byte limit", path_, header_len,
+               kMaxHeaderBytes);
+  data_ = bytes + 8 + header_len;
+  data_size_ = size - 8 - header_len;
+  parse_header(bytes + 8, header_len);
 }
 
 SafetensorsFile::~SafetensorsFile() {
@@ -203,7 +212,7 @@ void SafetensorsFile::parse_header(const uint8_t* header, uint64_t length) {
   Json j;
   try {
     j = Json::parse(reinterpret_cast<const char*>(header), reinterpret_cast<const char*>(header) + length);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     fail("{}: the header is not valid JSON: {}", path_, e.what());
   }
   SERVE8_CHECK(j.is_object(), "{}: the header must be a JSON object", path_);
@@ -314,7 +323,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   Json j;
   try {
     j = Json::parse(read_text_file(source_));
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     fail("{}: not valid JSON: {}", source_, e.what());
   }
   SERVE8_CHECK(j.is_object() && j.contains("weight_map") && j.at("weight_map").is_object(),

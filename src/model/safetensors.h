@@ -43,6 +43,9 @@ class SafetensorsFile {
  public:
   // Maps the file and validates its header; throws serve8::Error naming the file (and tensor).
   explicit SafetensorsFile(const std::string& path);
+  // Validates a safetensors file held in memory (header, then data), with the same checks; `name`
+  // stands in for the path in errors. `bytes` must outlive this object (raw() points into it).
+  SafetensorsFile(const uint8_t* bytes, size_t size, const std::string& name);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -67,6 +70,7 @@ class SafetensorsFile {
   std::vector<float> read_f32(const std::string& name) const;
 
  private:
+  void parse(const uint8_t* bytes, size_t size);  // the 8-byte length, the header, the data section
   void parse_header(const uint8_t* header, uint64_t length);
 
   std::string path_;

@@ -139,17 +139,20 @@ Scalar read_scalar(Reader& r, uint32_t type, const char* what) {
   return s;
 }
 
-void skip_value(Reader& r, uint32_t type, const char* what) {
+// Arrays of arrays nest at most 4 deep (as model/gguf.cpp reads them): a file of nested array
+// headers must not recurse once per 12 bytes until the stack runs out.
+void skip_value(Reader& r, uint32_t type, const char* what, int depth = 0) {
   if (type == kString) {
     r.skip(r.get<uint64_t>(what), what);
   } else if (type == kArray) {
+    if (depth >= 4) r.error(fmt::format("{} nests arrays too deeply", what));
     const auto elem = r.get<uint32_t>(what);
     const auto n = r.get<uint64_t>(what);
     if (const int size = fixed_size(elem); size > 0) {
       if (n > r.remaining() / static_cast<uint64_t>(size)) r.error(fmt::format("{} is longer than the file", what));
       r.skip(n * static_cast<uint64_t>(size), what);
     } else {
-      for (uint64_t i = 0; i < n; ++i) skip_value(r, elem, what);
+      for (uint64_t i = 0; i < n; ++i) skip_value(r, elem, what, depth + 1);
     }
   } else if (fixed_size(type) > 0) {
     r.skip(static_cast<uint64_t>(fixed_size(type)), what);

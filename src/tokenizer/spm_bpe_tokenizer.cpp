@@ -22,6 +22,14 @@ std::size_t char_length(unsigned char lead) {
   return 1;
 }
 
+// The value of a hex digit (either case), or -1.
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
 void check_utf8(std::string_view text) {
   const std::size_t bad = first_invalid_utf8(text);
   SERVE8_CHECK(bad == text.size(), "the text is not valid UTF-8 (ill-formed or truncated sequence at byte {})", bad);
@@ -77,9 +85,11 @@ SpmBpeTokenizer::SpmBpeTokenizer(SpmVocabSpec spec) : spec_(std::move(spec)) {
         control.push_back({.content = piece, .id = static_cast<int32_t>(id), .special = true});
         break;
       case GgufTokenType::kByte: {
-        unsigned value = 0;
-        if (piece.size() == 6 && piece.starts_with("<0x") && piece.ends_with(">") &&
-            std::sscanf(piece.c_str() + 3, "%2X", &value) == 1) {
+        // Exactly two hex digits: sscanf's %2X also took a sign ("<0x-F>" read as 4294967281),
+        // which indexed byte_ids_ far out of bounds.
+        const int hi = piece.size() == 6 ? hex_digit(piece[3]) : -1, lo = piece.size() == 6 ? hex_digit(piece[4]) : -1;
+        if (piece.starts_with("<0x") && piece.ends_with(">") && hi >= 0 && lo >= 0) {
+          const int value = hi * 16 + lo;
           byte_ids_[value] = static_cast<int32_t>(id);
           byte_values_[id] = static_cast<int16_t>(value);
         }
