@@ -108,6 +108,18 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         }
       }
     }
+    // FP8 decode with the other KV-heads-per-block choice than this small grid gets (two heads per
+    // block: decode_heads_per_block picks it for large batches only).
+    if (d != 8 && (dt == DType::kFP8E5M2 || dt == DType::kFP8E4M3)) {
+      setenv("SERVE8_CUDA_DECODE_HEADS", "2", 1);
+      auto alt = create_backend("cuda");
+      unsetenv("SERVE8_CUDA_DECODE_HEADS");
+      Buffer out3(*alt, n * 2);
+      test::poison(*alt, out3.data(), n * 2);
+      alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
+      EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
+          << "decode with two KV heads per block, batch " << bi;
+    }
     // The other kernels (two decode kernels, the simple prefill), kept beside the defaults.
     for (const char* decode : {"tensor-cores", "cuda-cores"}) {
       if (d == 8) break;

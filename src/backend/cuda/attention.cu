@@ -59,9 +59,10 @@ void launch_decode_kernel(const AttentionParams& p, DecodeKernel kernel, cudaStr
 
 }  // namespace
 
-int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel) {
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms) {
   const bool fp8 = kv_dtype == DType::kFP8E5M2 || kv_dtype == DType::kFP8E4M3;
-  return kernel == DecodeKernel::kStream && fp8 ? 2 : 1;  // DecodeStream::kHeads
+  if (kernel != DecodeKernel::kStream || !fp8) return 1;
+  return int64_t{num_seqs} * num_kv_heads >= 2 * int64_t{sms} ? 2 : 1;
 }
 
 bool attention_fast_path(int head_dim, int group) {
@@ -100,17 +101,17 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKer
   }
 }
 
-int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel) {
+int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel, int heads_per_block) {
   if (kernel != DecodeKernel::kStream) return 0;
   switch (kv_dtype) {
     case DType::kBF16:
-      return decode_stream_blocks_per_sm<DType::kBF16>(head_dim);
+      return decode_stream_blocks_per_sm<DType::kBF16>(head_dim, heads_per_block);
     case DType::kF16:
-      return decode_stream_blocks_per_sm<DType::kF16>(head_dim);
+      return decode_stream_blocks_per_sm<DType::kF16>(head_dim, heads_per_block);
     case DType::kFP8E5M2:
-      return decode_stream_blocks_per_sm<DType::kFP8E5M2>(head_dim);
+      return decode_stream_blocks_per_sm<DType::kFP8E5M2>(head_dim, heads_per_block);
     case DType::kFP8E4M3:
-      return decode_stream_blocks_per_sm<DType::kFP8E4M3>(head_dim);
+      return decode_stream_blocks_per_sm<DType::kFP8E4M3>(head_dim, heads_per_block);
     case DType::kF32:
     case DType::kI32:
       break;

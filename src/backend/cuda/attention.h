@@ -48,6 +48,7 @@ struct AttentionParams {
   // split s, query head h at partial_o[((s * B + b) * Hq + h) * D], lse (log2 units) likewise.
   int num_splits = 1;
   int split_min_chunk = 1024;  // a split is worth a block from this many KV tokens (kDecodeMinChunk)
+  int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
@@ -83,9 +84,15 @@ enum class DecodeKernel { kStream, kTensorCores, kCudaCores };
 void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKernel kernel, cudaStream_t stream);
 // Blocks of the decode kernel one SM holds at once (occupancy), for planning splits
 // (decode_splits.h); 0 for the comparison kernels, which keep a fixed blocks-per-SM target.
-int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel);
-// KV heads one block of the decode kernel serves (the grid's z is ceil(Hkv / this)).
-int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel);
+int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel, int heads_per_block);
+// KV heads one block of the decode kernel serves (AttentionParams::decode_heads; the grid's z is
+// ceil(Hkv / this)). 2 for FP8 pools when (sequences x KV heads) fill two blocks per SM: the two
+// halves of such a block read two heads' 128-byte rows of the same tokens, adjacent in the pool
+// ([slot, Hkv, D]), at about the same time, which the DRAM serves better than lone 128-byte rows
+// (H200, Llama-3 heads, B=64, ctx 4096, shuffled slots: 92-93% of the copy bandwidth against
+// 90.5-91%). On small grids one head per block spreads the same warps over twice the SMs: at
+// B=1 two heads per block took 1.25-1.5x as long. 16-bit rows are 256 bytes already.
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list
 // must be cut in prefill_tile_rows(kernel) rows.

@@ -8,6 +8,6 @@ namespace serve8 {
 template void launch_decode_typed<DType::kFP8E4M3>(const AttentionParams&, cudaStream_t);
 template void launch_decode_mma_typed<DType::kFP8E4M3>(const AttentionParams&, cudaStream_t);
 template void launch_decode_stream_typed<DType::kFP8E4M3>(const AttentionParams&, cudaStream_t);
-template int decode_stream_blocks_per_sm<DType::kFP8E4M3>(int);
+template int decode_stream_blocks_per_sm<DType::kFP8E4M3>(int, int);
 
 }  // namespace serve8

@@ -8,6 +8,6 @@ namespace serve8 {
 template void launch_decode_typed<DType::kF16>(const AttentionParams&, cudaStream_t);
 template void launch_decode_mma_typed<DType::kF16>(const AttentionParams&, cudaStream_t);
 template void launch_decode_stream_typed<DType::kF16>(const AttentionParams&, cudaStream_t);
-template int decode_stream_blocks_per_sm<DType::kF16>(int);
+template int decode_stream_blocks_per_sm<DType::kF16>(int, int);
 
 }  // namespace serve8

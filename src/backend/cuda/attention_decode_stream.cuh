@@ -1,8 +1,8 @@
 // Decode attention (q_len == 1) on tensor cores, streaming K/V through a cp.async pipeline per warp.
 //
 // Decode is a gather of K/V rows at memory speed; everything else must hide under it. 4 warps of a
-// block serve one (split, sequence, KV head) (an FP8 block has 8 warps for two KV heads:
-// DecodeStream::kHeads), and each warp works alone through its own
+// block serve one (split, sequence, KV head) (an FP8 block on a large grid has 8 warps for two KV
+// heads: kHeads), and each warp works alone through its own
 // 16-token steps (steps w, w + 4, ... of the split) with kStages steps in flight: it issues the
 // 16-byte cp.async copies of step i + kStages - 1 (the raw stored bytes: FP8 moves half the bytes
 // of bf16) before computing step i, and synchronizes only within itself. Page offsets are read
@@ -24,6 +24,8 @@
 // merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 
@@ -40,7 +42,7 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-template <DType kKv, int kD>
+template <DType kKv, int kD, int kHeadsPerBlock>
 struct DecodeStream {
   static constexpr bool kFp8 = kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3;
   static constexpr int kElemBytes = kFp8 ? 1 : 2;
@@ -55,11 +57,8 @@ struct DecodeStream {
   static constexpr int kStages = 3;
   static constexpr int kWarps = 4;
   static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
-  // FP8 blocks serve two KV heads (4 warps each): the two halves read the two heads' 128-byte rows
-  // of the same tokens, adjacent in the pool ([slot, Hkv, D]), at about the same time, which the
-  // DRAM serves better than lone 128-byte rows: +1.5-2 points of the copy bandwidth on the H200 at
-  // B=64, ctx 4096, shuffled slots (bench/README.md). 16-bit rows are 256 bytes already.
-  static constexpr int kHeads = kFp8 ? 2 : 1;
+  // KV heads per block, 4 warps each (decode_heads_per_block picks 2 for FP8 on large grids).
+  static constexpr int kHeads = kHeadsPerBlock;
   static constexpr int kThreads = 128 * kHeads;
   static constexpr int kSmemBytes = kHeads * kWarps * kWarpBytes;
   static constexpr int kMinBlocks = (kWarps * kWarpBytes <= 56 * 1024 ? 4 : 2) / kHeads;
@@ -105,10 +104,11 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
   }
 }
 
-template <DType kKv, int kD>
-__global__ void __launch_bounds__(DecodeStream<kKv, kD>::kThreads, DecodeStream<kKv, kD>::kMinBlocks)
+template <DType kKv, int kD, int kHeadsPerBlock>
+__global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThreads,
+                                  DecodeStream<kKv, kD, kHeadsPerBlock>::kMinBlocks)
     attention_decode_stream_kernel(const AttentionParams p) {
-  using L = DecodeStream<kKv, kD>;
+  using L = DecodeStream<kKv, kD, kHeadsPerBlock>;
   constexpr int kHeads = L::kHeads;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
   constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = 8;
@@ -325,11 +325,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD>::kThreads, DecodeStream<
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
 // engine's warm-up runs every kernel) and returns how many of its blocks an SM holds at once.
-template <DType kKv, int kD>
+template <DType kKv, int kD, int kHeads>
 int decode_stream_configure() {
-  using L = DecodeStream<kKv, kD>;
+  using L = DecodeStream<kKv, kD, kHeads>;
   static const int blocks_per_sm = [] {
-    const auto kernel = attention_decode_stream_kernel<kKv, kD>;
+    const auto kernel = attention_decode_stream_kernel<kKv, kD, kHeads>;
     SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     SERVE8_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
@@ -340,26 +340,41 @@ int decode_stream_configure() {
   return blocks_per_sm;
 }
 
-template <DType kKv, int kD>
+template <DType kKv, int kD, int kHeads>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
-  using L = DecodeStream<kKv, kD>;
-  decode_stream_configure<kKv, kD>();
-  const dim3 grid(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, L::kHeads));
-  attention_decode_stream_kernel<kKv, kD><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
+  using L = DecodeStream<kKv, kD, kHeads>;
+  decode_stream_configure<kKv, kD, kHeads>();
+  const dim3 grid(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads));
+  attention_decode_stream_kernel<kKv, kD, kHeads><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
+}
+
+// Calls f(std::integral_constant<int, kHeads>) for `heads` KV heads per block: 2 exists for FP8
+// pools only (decode_heads_per_block).
+template <DType kKv, typename F>
+auto with_decode_heads(int heads, F&& f) {
+  if constexpr (kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3) {
+    if (heads == 2) return f(std::integral_constant<int, 2>{});
+  }
+  return f(std::integral_constant<int, 1>{});
 }
 
 template <DType kKv>
-int decode_stream_blocks_per_sm(int head_dim) {
-  return head_dim == 128 ? decode_stream_configure<kKv, 128>() : decode_stream_configure<kKv, 64>();
+int decode_stream_blocks_per_sm(int head_dim, int heads) {
+  return with_decode_heads<kKv>(heads, [&](auto h) {
+    return head_dim == 128 ? decode_stream_configure<kKv, 128, decltype(h)::value>()
+                           : decode_stream_configure<kKv, 64, decltype(h)::value>();
+  });
 }
 
 template <DType kKv>
 void launch_decode_stream_typed(const AttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim == 128) {
-    launch_decode_stream_kernel<kKv, 128>(p, stream);
-  } else {
-    launch_decode_stream_kernel<kKv, 64>(p, stream);
-  }
+  with_decode_heads<kKv>(p.decode_heads, [&](auto h) {
+    if (p.head_dim == 128) {
+      launch_decode_stream_kernel<kKv, 128, decltype(h)::value>(p, stream);
+    } else {
+      launch_decode_stream_kernel<kKv, 64, decltype(h)::value>(p, stream);
+    }
+  });
   SERVE8_CUDA_CHECK_LAUNCH("attention_decode_stream_kernel");
 }
 

@@ -171,6 +171,10 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
       SERVE8_CHECK(*value >= 1 && *value <= 1 << 20, "{}={}: expected a positive count", name, e);
     }
   }
+  if (const char* e = std::getenv("SERVE8_CUDA_DECODE_HEADS")) {
+    decode_heads_ = std::atoi(e);
+    SERVE8_CHECK(decode_heads_ == 1 || decode_heads_ == 2, "SERVE8_CUDA_DECODE_HEADS={}: expected 1 or 2", e);
+  }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;
     SERVE8_CHECK(v == "pipelined" || v == "simple", "SERVE8_CUDA_PREFILL={}: expected pipelined or simple", v);
