@@ -191,11 +191,17 @@ def row(a):
     r["mean_decode_step_ms"] = finite(1e3 * secs / steps) if steps else None
     r["mean_decode_kv_tokens"] = finite(kv_tok / steps) if steps else None
     r["decode_mbu"] = mbu(wread, steps or 0, kv_tok or 0, bpt, secs, copy_gbps) if wread else None
+    # The host's own part of the decode steps (scheduling, batch building, bookkeeping; the rest
+    # is the device's forward and sampling), where the server counts it.
+    host = d("decode_host_seconds")
+    r["decode_host_share"] = finite(host / secs) if host is not None and secs else None
     # The same over decode steps of >= 64 rows: the server's counters where it has them, else the
     # poll windows whose both ends had >= 64 requests running (an approximation).
     big = x.get("large_decode_batch")
     if big is not None:
         ls, lsec, lkv = d("large_decode_steps"), d("large_decode_seconds"), d("large_decode_kv_tokens")
+        lhost = d("large_decode_host_seconds")
+        r["large_decode_host_share"] = finite(lhost / lsec) if lhost is not None and lsec else None
         src = "server"
     else:
         big, ls, lsec, lkv, src = 64, 0, 0.0, 0, "poll"
@@ -228,7 +234,9 @@ def line(text):
           f"TTFT {f('median_ttft_ms', '{:.1f}')} ms, ITL {f('median_itl_ms', '{:.2f}')} ms, "
           f"pool {r['pool_tokens']}, peak running {r['peak_running']} ({r['peak_running_source']}), "
           f"decode MBU {f('decode_mbu', '{:.3f}')} (>= {r['large_decode_batch']} rows: "
-          f"{f('large_decode_mbu', '{:.3f}')} over {r['large_decode_steps']} steps, {r['large_decode_source']})")
+          f"{f('large_decode_mbu', '{:.3f}')} over {r['large_decode_steps']} steps, {r['large_decode_source']}), "
+          f"host share of decode steps {f('decode_host_share', '{:.3f}')} (>= {r['large_decode_batch']} rows: "
+          f"{f('large_decode_host_share', '{:.3f}')})")
 
 
 def main():

@@ -122,14 +122,11 @@ int Scheduler::step() {
   counters_.num_steps++;
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
-    counters_.decode_steps++;
-    counters_.decode_seconds += counters_.last_step_seconds;
-    counters_.decode_kv_tokens += static_cast<int64_t>(batch_.kv_indices.size());
-    if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch) {
-      counters_.large_decode_steps++;
-      counters_.large_decode_seconds += counters_.last_step_seconds;
-      counters_.large_decode_kv_tokens += static_cast<int64_t>(batch_.kv_indices.size());
-    }
+    const double host = counters_.last_step_seconds - last_device_seconds_;
+    const auto kv_tokens = static_cast<int64_t>(batch_.kv_indices.size());
+    counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);
+    if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch)
+      counters_.large_decode.add(counters_.last_step_seconds, host, kv_tokens);
   }
   counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
   return tokens;
@@ -274,10 +271,8 @@ Tensor Scheduler::run(const std::vector<Row>& rows) {
     b.qo_indptr.push_back(b.qo_indptr.back() + row.q_len);
     b.kv_indptr.push_back(b.kv_indptr.back() + kv_len);
   }
-  const auto t0 = Clock::now();
-  Tensor logits = model_.forward(b, kv_);
-  last_forward_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
-  return logits;
+  forward_start_ = Clock::now();
+  return model_.forward(b, kv_);
 }
 
 void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) {
@@ -289,6 +284,8 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
   }
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());
+  // Sampling returns the ids to the host, so this is when the device finished the step's work.
+  last_device_seconds_ = std::chrono::duration<double>(Clock::now() - forward_start_).count();
   std::vector<Request*> done;
   for (size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i].req;

@@ -29,6 +29,21 @@ struct SchedulerConfig {
   bool disable_radix_cache = false;
 };
 
+// Counters over a set of decode steps since start.
+struct DecodeCounters {
+  int64_t steps = 0;
+  double seconds = 0.0;       // from scheduling to sampled ids (the host waits for the device there)
+  double host_seconds = 0.0;  // of which the host's own work: scheduling, batch building, bookkeeping
+  int64_t kv_tokens = 0;      // KV tokens their attention read
+
+  void add(double step_seconds, double step_host_seconds, int64_t step_kv_tokens) {
+    steps++;
+    seconds += step_seconds;
+    host_seconds += step_host_seconds;
+    kv_tokens += step_kv_tokens;
+  }
+};
+
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
@@ -44,18 +59,12 @@ struct SchedulerStats {
   double radix_hit_rate = 0.0;
   int peak_running = 0;
   double last_step_seconds = 0.0;
-  // Steps whose rows all decode: their count, their time from scheduling to sampled ids (the host
-  // waits for the device there), and the KV tokens their attention read. With the weight bytes
-  // and the KV bytes per token this gives the decode step's model-bandwidth utilization.
-  int64_t decode_steps = 0;
-  double decode_seconds = 0.0;
-  int64_t decode_kv_tokens = 0;
-  // The same three for decode steps of at least kLargeDecodeBatch rows (the seed experiment's
-  // goal is the MBU at batch >= 64).
+  // Steps whose rows all decode (with the weight bytes and the KV bytes per token these give the
+  // decode step's model-bandwidth utilization), and those of at least kLargeDecodeBatch rows (the
+  // seed experiment's goal is the MBU at batch >= 64).
   static constexpr int kLargeDecodeBatch = 64;
-  int64_t large_decode_steps = 0;
-  double large_decode_seconds = 0.0;
-  int64_t large_decode_kv_tokens = 0;
+  DecodeCounters decode;
+  DecodeCounters large_decode;
 };
 
 class Scheduler {
@@ -78,8 +87,6 @@ class Scheduler {
 
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
-  // Step time of the last step split by phase, for profiling.
-  double last_forward_seconds() const { return last_forward_seconds_; }
 
   // Checks that every slot is in exactly one place (free, tree, a request); tests call it.
   void check_invariants() const;
@@ -115,7 +122,9 @@ class Scheduler {
   SchedulerStats counters_;
   ForwardBatch batch_;
   std::vector<int32_t> sampled_;
-  double last_forward_seconds_ = 0.0;
+  // From the forward's launch to the sampled ids on the host: the device's part of the last step.
+  Clock::time_point forward_start_{};
+  double last_device_seconds_ = 0.0;
 };
 
 }  // namespace serve8

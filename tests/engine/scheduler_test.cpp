@@ -111,6 +111,25 @@ TEST(Scheduler, OverloadQueuesAndRetractsButFinishesEverything) {
   expect_all_slots_free(*crowded);
 }
 
+// The decode counters behind the server's MBU figures: 64 prompts of 5 tokens, 4 new tokens each ->
+// one prefill step (which samples the first), then 3 decode steps of 64 rows reading 6, 7 and 8
+// KV tokens per row. The host's share is part of each step's time.
+TEST(Scheduler, DecodeCountersCountDecodeOnlySteps) {
+  std::vector<std::vector<int32_t>> prompts(64, std::vector<int32_t>{1, 40, 41, 42, 43});
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i][1] = static_cast<int32_t>(40 + i);
+  EngineArgs args = stories_args("bf16");
+  args.scheduler.disable_radix_cache = true;
+  auto e = create_engine(args);
+  generate_all(*e, prompts, greedy(4));
+  const SchedulerStats s = e->stats();
+  EXPECT_EQ(s.decode.steps, 3);
+  EXPECT_EQ(s.decode.kv_tokens, 64 * (6 + 7 + 8));
+  EXPECT_EQ(s.large_decode.steps, 3) << "64 rows is a large decode batch";
+  EXPECT_EQ(s.large_decode.kv_tokens, s.decode.kv_tokens);
+  EXPECT_GT(s.decode.host_seconds, 0.0);
+  EXPECT_LT(s.decode.host_seconds, s.decode.seconds);
+}
+
 TEST(Scheduler, AbortFreesSlots) {
   auto engine = create_engine(stories_args("fp8_e4m3"));
   const auto prompts = random_prompts(4, 20, 20, 9);
