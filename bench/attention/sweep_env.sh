@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# bench_attention once per environment setting, on the GPU machine, from scripts/gpu_test.sh's pack
+# (.carry/gpu): one JSON and one table per setting under $OUT/sweep/, to compare kernel policies
+# (SERVE8_CUDA_DECODE_MIN_CHUNK, SERVE8_CUDA_DECODE_HEADS, ...) in one call on one machine.
+#
+#   SWEEP="SERVE8_CUDA_DECODE_MIN_CHUNK=1024 SERVE8_CUDA_DECODE_MIN_CHUNK=128" \
+#     bash bench/attention/sweep_env.sh --filter "decode B=1 " --filter "decode B=16 "
+# Arguments go to bench_attention; "default" in SWEEP runs without any setting.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+stage="${TMPDIR:-/tmp}/serve8-sweep"
+out="${OUT:-$stage/out}/sweep"
+rm -rf "$stage" && mkdir -p "$stage" "$out"
+tar -C "$stage" -xJf "$root/.carry/gpu/gpu.tar.xz"
+libpath="$stage/lib:/usr/local/cuda/lib64"
+lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
+[[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
+export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
+export SERVE8_GIT_HASH
+for setting in ${SWEEP:-default}; do
+  name=${setting//[^A-Za-z0-9_=]/_}
+  env_args=()
+  [[ "$setting" != default ]] && env_args=("$setting")
+  env "${env_args[@]}" "$stage/bin/bench_attention" --out "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 ||
+    echo "sweep: $setting failed (rc $?)" | tee -a "$out/$name.txt"
+  echo "== $setting"; grep -E "decode|prefill|extend" "$out/$name.txt" | head -200
+done
