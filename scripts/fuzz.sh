@@ -16,10 +16,7 @@ JOBS=${JOBS:-$(nproc)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
 PARALLEL=${FUZZ_PARALLEL:-1}
 read -ra TARGETS <<<"${FUZZ_TARGETS:-fuzz_safetensors fuzz_gguf fuzz_gguf_vocab fuzz_request_json fuzz_tokenizer}"
-export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
-
-CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSERVE8_FUZZ=ON \
-  -DSERVE8_CUDA=OFF -DSERVE8_TESTS=OFF >/dev/null
+source scripts/sanitized_build.sh
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

@@ -30,16 +30,18 @@ struct Fp8E4M3 {
   uint8_t bits;
 };
 
+// inline: explicit specializations of a variable template are not implicitly inline, and clang
+// with ASan emits each one in every object that uses it (a multiple-definition link error).
 template <typename T>
-constexpr DType kDTypeOf = DType::kF32;
+inline constexpr DType kDTypeOf = DType::kF32;
 template <>
-constexpr DType kDTypeOf<Bf16> = DType::kBF16;
+inline constexpr DType kDTypeOf<Bf16> = DType::kBF16;
 template <>
-constexpr DType kDTypeOf<Half> = DType::kF16;
+inline constexpr DType kDTypeOf<Half> = DType::kF16;
 template <>
-constexpr DType kDTypeOf<Fp8E5M2> = DType::kFP8E5M2;
+inline constexpr DType kDTypeOf<Fp8E5M2> = DType::kFP8E5M2;
 template <>
-constexpr DType kDTypeOf<Fp8E4M3> = DType::kFP8E4M3;
+inline constexpr DType kDTypeOf<Fp8E4M3> = DType::kFP8E4M3;
 
 // FP8 decodes through a 256-entry table: the same values as core/dtype.h, without the branches in
 // the attention inner loop.
