@@ -113,19 +113,6 @@ def finite(x):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def read_config(path):
-    """hidden_size, vocab_size, tie_word_embeddings of an HF config.json (or a directory holding one)."""
-    if not path:
-        return None
-    if os.path.isdir(path):
-        path = os.path.join(path, "config.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except Exception:
-        return None
-
-
 def mbu(weight_bytes, steps, kv_tokens, kv_bytes_per_token, seconds, copy_gbps):
     if not copy_gbps or not seconds or seconds <= 0 or steps <= 0:
         return None
@@ -133,9 +120,9 @@ def mbu(weight_bytes, steps, kv_tokens, kv_bytes_per_token, seconds, copy_gbps):
 
 
 def row(a):
-    """a: model kv dataset status client_rc wall_s client_file before_file after_file poll_file copy config
+    """a: model kv dataset status client_rc wall_s client_file before_file after_file poll_file copy
     device server_args git_hash error."""
-    (model, kv, ds, status, client_rc, wall_s, client_file, before_file, after_file, poll_file, copy, config_path,
+    (model, kv, ds, status, client_rc, wall_s, client_file, before_file, after_file, poll_file, copy,
      device, server_args, git_hash, error) = a
     load = lambda p: json.load(open(p)) if p and os.path.exists(p) and os.path.getsize(p) > 0 else {}
     b, x = load(before_file), load(after_file)
@@ -151,14 +138,8 @@ def row(a):
     steps, secs, kv_tok = d("decode_steps"), d("decode_seconds"), d("decode_kv_tokens")
     bpt = x.get("kv_bytes_per_token", 0)
     weight_bytes = x.get("weight_bytes")
-    # A decode step reads every weight once, except the input embedding table, of which it gathers
-    # one row per request (when it is not tied to the LM head, which is read whole).
-    cfg = read_config(config_path)
-    embed_bytes = 0
-    if cfg and weight_bytes and not cfg.get("tie_word_embeddings", False):
-        esize = 4 if x.get("device") == "cpu" else 2  # compute dtype: fp32 on cpu, bf16 on cuda (--dtype auto)
-        embed_bytes = cfg["vocab_size"] * cfg["hidden_size"] * esize
-    wread = weight_bytes - embed_bytes if weight_bytes else None
+    # What a decode step reads of the weights: the server says (all but an untied input embedding).
+    wread = x.get("decode_weight_bytes")
     r = {"model": model, "kv_cache_dtype": x.get("kv_cache_dtype", kv), "kv_cache_dtype_arg": kv, "dataset": ds,
          "status": status, "error": error or None, "device": x.get("device", device),
          "num_prompts": client.get("num_prompts"), "completed": client.get("completed"),

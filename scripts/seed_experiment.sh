@@ -139,11 +139,11 @@ declare -A took
 est() { echo "${took[$1]:-0}"; }
 
 # One JSON line per run into $OUT/seed_experiment.jsonl (and the summary).
-record() {  # model kv ds status client_rc wall_s error config
-  local m="$1" kv="$2" ds="$3" st="$4" rc="$5" wall="$6" err="$7" cfg="$8" p="$W/${1}_${2}_${3}"
+record() {  # model kv ds status client_rc wall_s error
+  local m="$1" kv="$2" ds="$3" st="$4" rc="$5" wall="$6" err="$7" p="$W/${1}_${2}_${3}"
   local line
   line=$(python3 "$H" row "$m" "$kv" "$ds" "$st" "$rc" "$wall" "$p.client.jsonl" "$p.before.json" "$p.after.json" \
-    "$p.poll.jsonl" "$copy" "$cfg" "$DEVICE" "${SERVER_ARGS[*]}" "$git_hash" "$err") || {
+    "$p.poll.jsonl" "$copy" "$DEVICE" "${SERVER_ARGS[*]}" "$git_hash" "$err") || {
     say "$m $kv $ds: could not compose the result line"
     return
   }
@@ -172,7 +172,7 @@ for spec in "${MODELS[@]}"; do
   if [[ -z "$cfg" || ! -e "$cfg" ]]; then
     say "$m: model path '${cfg}' does not exist: its runs are skipped"
     for kv in "${kvs[@]}"; do for ds in "${DATASETS[@]}"; do
-      record "$m" "$kv" "$ds" missing_model "" 0 "no model at $cfg" ""
+      record "$m" "$kv" "$ds" missing_model "" 0 "no model at $cfg"
     done; done
     continue
   fi
@@ -187,7 +187,7 @@ for spec in "${MODELS[@]}"; do
       skipping=1
       for ds in "${DATASETS[@]}"; do
         say "SKIPPED $m $kv $ds (deadline)"
-        record "$m" "$kv" "$ds" skipped_deadline "" 0 "not run: the ${DEADLINE} s budget was nearly spent" "$cfg"
+        record "$m" "$kv" "$ds" skipped_deadline "" 0 "not run: the ${DEADLINE} s budget was nearly spent"
       done
       continue
     fi
@@ -208,7 +208,7 @@ for spec in "${MODELS[@]}"; do
       say "SERVER FAILED $m $kv: $why; the log's tail:"
       tail -n 40 "$log" | sed 's/^/    /' | tee -a "$SUMMARY"
       stop_server now
-      for ds in "${DATASETS[@]}"; do record "$m" "$kv" "$ds" server_failed "" 0 "server $why" "$cfg"; done
+      for ds in "${DATASETS[@]}"; do record "$m" "$kv" "$ds" server_failed "" 0 "server $why"; done
       port=$((port + 1))
       pack_logs
       continue
@@ -219,13 +219,13 @@ for spec in "${MODELS[@]}"; do
       if ! alive "$server_pid"; then
         say "SERVER DIED $m $kv before $ds; the log's tail:"
         tail -n 40 "$log" | sed 's/^/    /' | tee -a "$SUMMARY"
-        record "$m" "$kv" "$ds" server_failed "" 0 "server exited before this run" "$cfg"
+        record "$m" "$kv" "$ds" server_failed "" 0 "server exited before this run"
         continue
       fi
       e=$(est "$m:$ds")
       if (($(left) < e * 115 / 100 + 20)); then
         say "SKIPPED $m $kv $ds (deadline: $(left) s left, the last $ds run of $m took $e s)"
-        record "$m" "$kv" "$ds" skipped_deadline "" 0 "not run: the ${DEADLINE} s budget was nearly spent" "$cfg"
+        record "$m" "$kv" "$ds" skipped_deadline "" 0 "not run: the ${DEADLINE} s budget was nearly spent"
         skipping=1
         continue
       fi
@@ -258,7 +258,7 @@ for spec in "${MODELS[@]}"; do
         err="the server exited during the run; $err"
       fi
       [[ "$st" == ok ]] || say "$m $kv $ds: $st: $err"
-      record "$m" "$kv" "$ds" "$st" "$rc" "$wall" "$err" "$cfg"
+      record "$m" "$kv" "$ds" "$st" "$rc" "$wall" "$err"
     done
     t_stop=$SECONDS
     stop_server

@@ -39,15 +39,10 @@ struct BenchOneBatchArgs {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Bytes one decode step of `bs` sequences must read at a mean context of `ctx` cached tokens:
-// every weight once, except an untied input embedding table, of which a step gathers bs rows
-// (counted at the weights' mean bytes per parameter), and the K/V of every cached token.
+// Bytes one decode step of `bs` sequences must read at a mean context of `ctx` cached tokens: the
+// weights a decode step reads and the K/V of every cached token.
 double decode_step_bytes(const EngineParts& e, int bs, double ctx) {
-  const ModelConfig& c = e.model->config();
-  const double weights = static_cast<double>(e.model->weight_bytes());
-  const double per_param = weights / static_cast<double>(c.num_parameters());
-  const double embedding = c.tie_word_embeddings ? 0.0 : per_param * c.vocab_size * static_cast<double>(c.hidden_size);
-  return weights - embedding + bs * ctx * static_cast<double>(e.kv->config().bytes_per_token());
+  return e.model->decode_weight_bytes() + bs * ctx * static_cast<double>(e.kv->config().bytes_per_token());
 }
 
 struct Run {

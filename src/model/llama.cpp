@@ -46,6 +46,13 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   backend.copy_to_device(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
 }
 
+double LlamaModel::decode_weight_bytes() const {
+  const double weights = static_cast<double>(weights_.bytes);
+  if (config_.tie_word_embeddings) return weights;
+  const double per_param = weights / static_cast<double>(config_.num_parameters());
+  return weights - per_param * config_.vocab_size * static_cast<double>(config_.hidden_size);
+}
+
 size_t LlamaModel::activation_bytes() const {
   size_t n = 0;
   for (const Buffer* b : {&residual_, &normed_, &q_, &k_, &v_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,

@@ -23,6 +23,9 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   size_t weight_bytes() const { return weights_.bytes; }
+  // What one decode step reads of the weights: all of them but an untied input embedding table, of
+  // which it gathers one row per sequence (left out; counted at the mean bytes per parameter).
+  double decode_weight_bytes() const;
   size_t activation_bytes() const;
   int max_tokens() const { return max_tokens_; }
   int max_seqs() const { return max_seqs_; }
