@@ -6,8 +6,18 @@
 
 namespace serve8 {
 
+namespace {
+constexpr size_t kMaxRidBytes = 256;
+}  // namespace
+
 void check_generation_input(const ServerContext& ctx, GenerationInput& in, const std::string& param,
                             const std::string& max_param) {
+  // A client's rid is written to the log and matched by /abort_request: no control characters (a
+  // newline would forge log lines), and a bounded length.
+  if (in.rid.size() > kMaxRidBytes || std::any_of(in.rid.begin(), in.rid.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      }))
+    throw_invalid("rid", "'rid' must be at most {} bytes without control characters", kMaxRidBytes);
   const int n = static_cast<int>(in.input_ids.size());
   const int context = ctx.context_length();
   if (n == 0) throw_invalid(param, "The prompt is empty");

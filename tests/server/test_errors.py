@@ -53,6 +53,8 @@ GENERATE_400 = [
     ({"text": "hi", "stream": "yes"}, "stream"),
     ({"text": "hi", "return_logprob": True}, "return_logprob"),
     ({"text": ["a", "b"], "rid": "same"}, "rid"),
+    ({"text": "hi", "rid": "x\n[error] forged log line"}, "rid"),
+    ({"text": "hi", "rid": "x" * 257}, "rid"),
     ({"input_ids": []}, "input_ids"),
     ({"input_ids": [1, 2.5]}, "input_ids"),
     ({"input_ids": [1, -3]}, "input_ids"),
