@@ -59,9 +59,10 @@ void launch_decode_kernel(const AttentionParams& p, DecodeKernel kernel, cudaStr
 
 }  // namespace
 
-int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms) {
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms, int forced) {
   const bool fp8 = kv_dtype == DType::kFP8E5M2 || kv_dtype == DType::kFP8E4M3;
   if (kernel != DecodeKernel::kStream || !fp8) return 1;
+  if (forced > 0) return forced;
   return int64_t{num_seqs} * num_kv_heads >= 2 * int64_t{sms} ? 2 : 1;
 }
 

@@ -91,8 +91,9 @@ int decode_blocks_per_sm(DType kv_dtype, int head_dim, DecodeKernel kernel, int 
 // ([slot, Hkv, D]), at about the same time, which the DRAM serves better than lone 128-byte rows
 // (H200, Llama-3 heads, B=64, ctx 4096, shuffled slots: 92-93% of the copy bandwidth against
 // 90.5-91%). On small grids one head per block spreads the same warps over twice the SMs: at
-// B=1 two heads per block took 1.25-1.5x as long. 16-bit rows are 256 bytes already.
-int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms);
+// B=1 two heads per block took 1.25-1.5x as long. 16-bit rows are 256 bytes already. forced (1 or 2,
+// SERVE8_CUDA_DECODE_HEADS; 0: choose) overrides the choice where two heads exist.
+int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, int num_kv_heads, int sms, int forced);
 // The default prefill kernel (8 warps, 128-row tiles, next K/V tile prefetched into registers)
 // or the simple one (4 warps, 64-row tiles; SERVE8_CUDA_PREFILL=simple). The plan's work list
 // must be cut in prefill_tile_rows(kernel) rows.

@@ -306,11 +306,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   if (plan.has_decode) {
     // A function of (B, Hkv) and the kernel only, so the grid of a CUDA-graph bucket is fixed; short sequences use
     // fewer splits inside the kernel.
-    p.decode_heads =
-        decode_heads_per_block(kv.k.dtype, decode_kernel_, batch.num_seqs, p.num_kv_heads, props_.multiProcessorCount);
-    if (decode_heads_ > 0 && decode_kernel_ == DecodeKernel::kStream &&
-        (kv.k.dtype == DType::kFP8E5M2 || kv.k.dtype == DType::kFP8E4M3))
-      p.decode_heads = decode_heads_;  // SERVE8_CUDA_DECODE_HEADS: both variants stay testable
+    p.decode_heads = decode_heads_per_block(kv.k.dtype, decode_kernel_, batch.num_seqs, p.num_kv_heads,
+                                            props_.multiProcessorCount, decode_heads_);
     const int base = batch.num_seqs * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
     const int resident =
         decode_blocks_per_sm(kv.k.dtype, g.head_dim, decode_kernel_, p.decode_heads) * props_.multiProcessorCount;
