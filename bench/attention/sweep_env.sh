@@ -5,7 +5,8 @@
 #
 #   SWEEP="SERVE8_CUDA_DECODE_MIN_CHUNK=1024 SERVE8_CUDA_DECODE_MIN_CHUNK=128" \
 #     bash bench/attention/sweep_env.sh --filter "decode B=1 " --filter "decode B=16 "
-# Arguments go to bench_attention; "default" in SWEEP runs without any setting.
+# Arguments go to bench_attention; "default" in SWEEP runs without any setting; a setting may join
+# several variables with commas (SERVE8_CUDA_DECODE_MIN_CHUNK=128,SERVE8_CUDA_DECODE_HEADS=1).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage="${TMPDIR:-/tmp}/serve8-sweep"
@@ -21,7 +22,7 @@ export SERVE8_GIT_HASH
 for setting in ${SWEEP:-default}; do
   name=${setting//[^A-Za-z0-9_=]/_}
   env_args=()
-  [[ "$setting" != default ]] && env_args=("$setting")
+  [[ "$setting" != default ]] && IFS=',' read -ra env_args <<<"$setting"
   env "${env_args[@]}" "$stage/bin/bench_attention" --out "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 ||
     echo "sweep: $setting failed (rc $?)" | tee -a "$out/$name.txt"
   echo "== $setting"; grep -E "decode|prefill|extend" "$out/$name.txt" | head -200
