@@ -96,7 +96,7 @@ LlamaWeights load_gguf_weights(const ModelConfig& c, const GgufFile& f, Backend&
     std::vector<uint8_t> staged(static_cast<size_t>(n) * dtype_size(cdt));
     int64_t at = 0;
     for (const Source& s : sources) {
-      std::vector<float> v = f.dequantize(f.tensor(s.name));
+      std::vector<float> v = dequantize(f, f.tensor(s.name));
       if (s.heads > 0 && permuted) v = unpermute_rows(v, s.heads, c.head_dim, cols);
       convert_elements(v.data(), DType::kF32, staged.data() + static_cast<size_t>(at) * dtype_size(cdt), cdt, v.size());
       at += static_cast<int64_t>(v.size());

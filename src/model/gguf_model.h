@@ -3,7 +3,7 @@
 #pragma once
 
 #include "model/config.h"
-#include "model/gguf.h"
+#include "model/gguf_dequant.h"
 #include "model/weights.h"
 
 namespace serve8 {

@@ -1,7 +1,5 @@
-// The tokenizer part of a GGUF file's metadata (llama.cpp's tokenizer.* keys). Read here rather
-// than through model/gguf.h because the tokenizer layer sits on core alone; only the metadata is
-// read, never the tensor data. A model loader that already holds the metadata can fill GgufVocab
-// itself and call make_gguf_tokenizer (gguf_tokenizer.h).
+// The tokenizer part of a GGUF file's metadata (llama.cpp's tokenizer.* keys), read with
+// core/gguf_file.h (metadata only, never the tensor data).
 #pragma once
 
 #include <cstdint>

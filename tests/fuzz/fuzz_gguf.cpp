@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "model/gguf_dequant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const serve8::GgufTensor& t : f.tensors()) {
       (void)f.tensor(t.name);
       (void)t.shape_str();
-      if (t.numel() <= (1 << 16)) (void)f.dequantize(t);
+      if (t.numel() <= (1 << 16)) (void)dequantize(f, t);
     }
   } catch (const serve8::Error&) {
   }

@@ -1,7 +1,9 @@
 // GGUF (v3), llama.cpp's single-file model format: a memory-mapped reader of the metadata and the
-// tensor table, and dequantization of the tensor types serve8 loads (F32, F16, BF16, Q8_0, Q4_0,
-// Q4_1, Q4_K, Q5_K, Q6_K) into fp32. Everything is checked when a file is opened (magic, version, table bounds, tensor
-// extents, types), so a malformed file fails with its name and what is wrong.
+// tensor table, shared by the model loader (model/gguf_dequant.h turns the tensors into fp32) and
+// the tokenizer (tokenizer/gguf_vocab.h reads the tokenizer.* metadata), which is why it sits in
+// core. Everything is checked when a file is opened (magic, version, table bounds, tensor extents,
+// types of the tensor types serve8 loads: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K), so a
+// malformed file fails with its name and what is wrong.
 //
 // Layout: "GGUF", u32 version, u64 tensor count, u64 metadata count; metadata (key string, u32
 // type, value); tensor infos (name, u32 n_dims, u64 dims[n_dims] fastest first, u32 type, u64
@@ -50,12 +52,16 @@ struct GgufTensor {
   std::string shape_str() const;  // in HF order (outermost first): "[49152, 576]"
 };
 
+// What to read of a file: everything, or only its metadata (a tokenizer taken from a model file
+// whose tensor types serve8 cannot load).
+enum class GgufPart { kAll, kMetadata };
+
 class GgufFile {
  public:
-  explicit GgufFile(const std::string& path);
+  explicit GgufFile(const std::string& path, GgufPart part = GgufPart::kAll);
   // Reads a GGUF file held in memory, with the same checks; `name` stands in for the path in
   // errors. `bytes` must outlive this object (data() points into it).
-  GgufFile(const uint8_t* bytes, size_t size, const std::string& name);
+  GgufFile(const uint8_t* bytes, size_t size, const std::string& name, GgufPart part = GgufPart::kAll);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -74,11 +80,9 @@ class GgufFile {
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const GgufTensor& tensor(const std::string& name) const;  // throws "<file>: no tensor '<name>'"
   const uint8_t* data(const GgufTensor& t) const { return data_ + t.offset; }
-  // The whole tensor as fp32, row-major in HF order; throws for types serve8 does not dequantize.
-  std::vector<float> dequantize(const GgufTensor& t) const;
 
  private:
-  void parse(const uint8_t* base, size_t size);  // the header, metadata and tensor table
+  void parse(const uint8_t* base, size_t size, GgufPart part);  // the header, metadata and tensor table
 
   std::string path_;
   int fd_ = -1;
@@ -91,8 +95,6 @@ class GgufFile {
   std::map<std::string, size_t> index_;
 };
 
-// Dequantizes n elements (a multiple of the type's block size) of a GGML type into out.
-void dequantize_ggml(uint32_t type, const uint8_t* src, int64_t n, float* out);
 // Bytes of n elements of a type (n a multiple of its block size); throws for unknown types.
 uint64_t ggml_nbytes(uint32_t type, int64_t n);
 
