@@ -10,10 +10,10 @@ namespace {
 constexpr int kFp8Slots = 528, kBf16Slots = 264;
 
 TEST(DecodeSplits, OneWaveBatchesKeepOneSplit) {
-  EXPECT_EQ(plan_decode_splits(64 * 8, kFp8Slots, 128), 1);    // Llama-3 heads, B=64: 97% of one wave
-  EXPECT_EQ(plan_decode_splits(256 * 8, kFp8Slots, 128), 1);   // 3.9 waves, 97%
-  EXPECT_EQ(plan_decode_splits(64 * 40, kFp8Slots, 128), 1);   // Llama-2-13B heads, B=64: 4.85 waves, 97%
-  EXPECT_EQ(plan_decode_splits(64 * 8, kBf16Slots, 128), 1);   // 1.94 waves, 97%
+  EXPECT_EQ(plan_decode_splits(64 * 8, kFp8Slots, 128), 1);   // Llama-3 heads, B=64: 97% of one wave
+  EXPECT_EQ(plan_decode_splits(256 * 8, kFp8Slots, 128), 1);  // 3.9 waves, 97%
+  EXPECT_EQ(plan_decode_splits(64 * 40, kFp8Slots, 128), 1);  // Llama-2-13B heads, B=64: 4.85 waves, 97%
+  EXPECT_EQ(plan_decode_splits(64 * 8, kBf16Slots, 128), 1);  // 1.94 waves, 97%
 }
 
 TEST(DecodeSplits, SmallBatchesSplitUntilTheWaveIsFull) {
@@ -25,10 +25,21 @@ TEST(DecodeSplits, SmallBatchesSplitUntilTheWaveIsFull) {
 
 TEST(DecodeSplits, CapsAndDegenerateInputs) {
   EXPECT_EQ(plan_decode_splits(1, kFp8Slots, 128), 128);  // 128 of 528 is the best reachable
-  EXPECT_EQ(plan_decode_splits(7, 100, 3), 3);           // best within the cap: 21 of 100
+  EXPECT_EQ(plan_decode_splits(7, 100, 3), 3);            // best within the cap: 21 of 100
   EXPECT_EQ(plan_decode_splits(0, kFp8Slots, 128), 1);
   EXPECT_EQ(plan_decode_splits(8, 0, 128), 1);
   static_assert(plan_decode_splits(64 * 8, kFp8Slots, 128) == 1, "usable at compile time");
+}
+
+TEST(DecodeSplits, ShortSplitsOnlyWhenTheLaunchIsSmall) {
+  constexpr int kSms = 132;
+  EXPECT_EQ(decode_min_chunk(1 * 8, kSms), 128);         // Llama-3 heads, B=1: 8 blocks unsplit
+  EXPECT_EQ(decode_min_chunk(1 * 40, kSms), 128);        // Llama-2-13B heads, B=1
+  EXPECT_EQ(decode_min_chunk(16 * 8, kSms), 128);        // Llama-3 heads, B=16: 128 blocks
+  EXPECT_EQ(decode_min_chunk(16 * 40 / 2, kSms), 1024);  // Llama-2-13B heads, B=16, two heads a block: 320
+  EXPECT_EQ(decode_min_chunk(64 * 8 / 2, kSms), 1024);   // Llama-3 heads, B=64, FP8
+  EXPECT_EQ(decode_min_chunk(kSms, kSms), 128);
+  EXPECT_EQ(decode_min_chunk(kSms + 1, kSms), 1024);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ struct AttentionParams {
   // Decode split-KV: up to num_splits blocks per (sequence, KV head); partials of sequence b,
   // split s, query head h at partial_o[((s * B + b) * Hq + h) * D], lse (log2 units) likewise.
   int num_splits = 1;
-  int split_min_chunk = 1024;  // a split is worth a block from this many KV tokens (kDecodeMinChunk)
+  int split_min_chunk = 1024;  // a split is worth a block from this many KV tokens (decode_min_chunk)
   int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
@@ -60,13 +60,10 @@ struct AttentionParams {
 
 constexpr int kDecodeMaxSplits = 128;
 // Split-KV: the stream kernel gets the fewest splits that keep its resident blocks busy
-// (decode_splits.h), none shorter than kDecodeMinChunk tokens (the kernel uses fewer on short
-// sequences). Long streams per block won on the H200: of {2, 4, 8} blocks per SM x {256, 512, 1024}
-// minimum tokens, 2 x 1024 (at most about one wave) was best, 16 x 128 15-20% slower
-// (bench/README.md). The comparison kernels launch kDecodeBlocksPerSm blocks per SM.
+// (decode_splits.h), none shorter than decode_min_chunk(...) tokens (the kernel uses fewer on
+// short sequences). The comparison kernels launch kDecodeBlocksPerSm blocks per SM.
 // SERVE8_CUDA_DECODE_BLOCKS_PER_SM (a fixed target for every kernel) and
 // SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
-constexpr int kDecodeMinChunk = 1024;
 constexpr int kDecodeBlocksPerSm = 16;
 
 // The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected

@@ -30,4 +30,17 @@ constexpr int plan_decode_splits(int base_blocks, int resident, int max_splits) 
   return best;
 }
 
+// The fewest KV tokens a split gets. Long streams per block won where the unsplit launch already
+// has more blocks than SMs (of {2, 4, 8} blocks per SM x {256, 512, 1024} tokens, 2 x 1024 was best;
+// Llama-2-13B heads at B=16 ran 8-32% slower with 128-256-token splits). With at most a block per
+// SM (B=1; Llama-3 heads at B=16) a launch is latency-bound and 128-token splits were 5-45% faster
+// on 512-8k tokens (bench/README.md, "Decode split size"). A function of the launch shape only, so
+// a CUDA-graph bucket keeps its grid.
+constexpr int kDecodeMinChunk = 1024;
+constexpr int kDecodeMinChunkFewBlocks = 128;
+
+constexpr int decode_min_chunk(int base_blocks, int sms) {
+  return base_blocks <= sms ? kDecodeMinChunkFewBlocks : kDecodeMinChunk;
+}
+
 }  // namespace serve8
