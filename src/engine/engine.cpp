@@ -7,22 +7,6 @@
 
 namespace serve8 {
 
-void RequestStream::push(const OutputEvent& ev) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    events_.push_back(ev);
-  }
-  cv_.notify_one();
-}
-
-std::optional<OutputEvent> RequestStream::next(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty(); })) return std::nullopt;
-  OutputEvent ev = std::move(events_.front());
-  events_.pop_front();
-  return ev;
-}
-
 Engine::Engine(std::unique_ptr<Backend> backend, std::unique_ptr<LlamaModel> model, std::unique_ptr<KvCache> kv,
                std::unique_ptr<Tokenizer> tokenizer, const SchedulerConfig& config)
     : backend_(std::move(backend)), model_(std::move(model)), kv_(std::move(kv)), tokenizer_(std::move(tokenizer)) {
@@ -34,6 +18,7 @@ Engine::~Engine() { shutdown(false); }
 
 void Engine::start() {
   SERVE8_CHECK(!thread_.joinable(), "engine: already started");
+  outputs_.start();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -47,21 +32,22 @@ void Engine::shutdown(bool drain) {
   }
   cv_.notify_all();
   thread_.join();
+  outputs_.stop();
 }
 
 std::shared_ptr<RequestStream> Engine::submit(std::vector<int32_t> input_ids, const SamplingParams& params,
                                               std::string rid) {
-  auto stream = std::make_shared<RequestStream>();
   const uint64_t n = next_id_++;
-  stream->rid_ = rid.empty() ? fmt::format("req-{}", n) : std::move(rid);
+  auto stream = std::make_shared<RequestStream>(rid.empty() ? fmt::format("req-{}", n) : std::move(rid));
   auto req = std::make_shared<std::unique_ptr<Request>>(std::make_unique<Request>());
   Request& r = **req;
-  r.rid = stream->rid_;
+  r.rid = stream->rid();
   r.input_ids = std::move(input_ids);
   r.params = params;
   r.seed = 0x5eed0000ull + n;  // a request without a seed still samples reproducibly
   r.arrival = Clock::now();
-  r.sink = [stream](const OutputEvent& ev) { stream->push(ev); };
+  // Called on the scheduler thread only (or run_until_idle's caller): queued, delivered at the next flush.
+  r.sink = [this, stream](const OutputEvent& ev) { outputs_.add(stream, ev); };
   if (!accepting_) {
     OutputEvent ev;
     ev.finished = true;
@@ -109,6 +95,7 @@ void Engine::run_until_idle() {
   drain_inbox();
   while (scheduler_->has_work()) {
     scheduler_->step();
+    outputs_.flush();
     drain_inbox();
   }
 }
@@ -120,6 +107,7 @@ void Engine::drain_inbox() {
     items.swap(inbox_);
   }
   for (auto& f : items) f();
+  outputs_.flush();
 }
 
 void Engine::loop() {
@@ -145,6 +133,7 @@ void Engine::loop() {
       spdlog::critical("scheduler step failed: {}", e.what());
       throw;
     }
+    outputs_.flush();
     const SchedulerStats s = scheduler_->stats();
     if (step_observer_ && s.num_steps != stats_.num_steps) step_observer_(s.last_step_seconds);
     std::lock_guard<std::mutex> lk(mu_);
@@ -153,6 +142,7 @@ void Engine::loop() {
   // Not draining: abort whatever is left so every waiting client gets an answer.
   drain_inbox();
   scheduler_->abort_all();
+  outputs_.flush();
   std::lock_guard<std::mutex> lk(mu_);
   stats_ = scheduler_->stats();
 }

@@ -1,8 +1,9 @@
 // Engine: the scheduler thread and the channels that connect it to request threads (DESIGN.md).
 //
 // HTTP threads call submit()/abort(); the scheduler thread owns the backend, the model, the KV
-// pool and the radix cache, and pushes each request's OutputEvents into that request's stream.
-// The inbox and the streams are the only state shared between threads.
+// pool and the radix cache, and queues each request's OutputEvents, which the output dispatcher's
+// thread pushes into the request's stream once per step (output_channel.h). The inbox, the
+// dispatcher's queue and the streams are the only state shared between threads.
 #pragma once
 
 #include <atomic>
@@ -16,28 +17,13 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "engine/output_channel.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serve8 {
-
-// One request's output channel: the scheduler pushes, the request's thread pops.
-class RequestStream {
- public:
-  void push(const OutputEvent& ev);
-  // Waits up to `timeout` for the next event; nullopt on timeout.
-  std::optional<OutputEvent> next(std::chrono::milliseconds timeout);
-  const std::string& rid() const { return rid_; }
-
- private:
-  friend class Engine;
-  std::string rid_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<OutputEvent> events_;
-};
 
 // Everything needed to build an engine, as the command line gives it.
 struct EngineArgs {
@@ -48,7 +34,7 @@ struct EngineArgs {
   std::string dtype = "auto";        // compute dtype: auto (bf16 on cuda, fp32 on cpu) | bfloat16 | float32
   std::string kv_cache_dtype = "auto";
   std::string quantization_param_path;  // KV scales JSON (fp8_e4m3)
-  int64_t max_total_tokens = 0;  // 0: from memory (GPU) or a CPU default
+  int64_t max_total_tokens = 0;         // 0: from memory (GPU) or a CPU default
   double mem_fraction_static = 0.88;
   int context_length = 0;  // 0: the model's max_position_embeddings
   uint64_t seed = 0;
@@ -90,12 +76,13 @@ class Engine {
 
  private:
   void loop();
-  void drain_inbox();
+  void drain_inbox();  // and hands the events it caused to the dispatcher
 
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  OutputDispatcher outputs_;  // before scheduler_: the requests' sinks point into it
   std::unique_ptr<Scheduler> scheduler_;
 
   mutable std::mutex mu_;
