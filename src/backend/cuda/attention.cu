@@ -7,42 +7,14 @@
 namespace serve8 {
 namespace {
 
-// One block per (sequence, query head): weights of the splits from their lse, then the weighted
-// sum of their normalized outputs. Sequences that did not split were written by the decode kernel.
+// One block per (sequence, query head). Sequences that did not split were written by the decode kernel.
 __global__ void attention_merge_kernel(const AttentionParams p) {
-  __shared__ float s_w[kDecodeMaxSplits];
-  __shared__ float s_scale;
-  const int b = blockIdx.x, hq = blockIdx.y;
-  const int q_begin = p.qo_indptr[b];
-  if (p.qo_indptr[b + 1] - q_begin != 1) return;
+  __shared__ float s_w[kDecodeMaxSplits + 1];
+  const int b = blockIdx.x;
+  if (p.qo_indptr[b + 1] - p.qo_indptr[b] != 1) return;
   const int kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
   const int n = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
-  if (n <= 1) return;
-  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
-  const int64_t row = int64_t{b} * p.num_q_heads + hq;
-  if (threadIdx.x < 32) {
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < n; s += 32) mx = fmaxf(mx, p.partial_lse[s * split_stride + row]);
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int s = threadIdx.x; s < n; s += 32) {
-      const float w = safe_exp2(p.partial_lse[s * split_stride + row], mx);
-      s_w[s] = w;
-      sum += w;
-    }
-    sum = warp_sum(sum);
-    if (threadIdx.x == 0) {
-      const int g = p.num_q_heads / p.num_kv_heads;
-      s_scale = sum > 0.0f ? p.v_scale[hq / g] / sum : 0.0f;
-    }
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < n; ++s) o = fmaf(s_w[s], p.partial_o[(s * split_stride + row) * p.head_dim + d], o);
-    static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] =
-        float_to_bf16_bits(o * s_scale);
-  }
+  if (n > 1) merge_decode_splits(p, b, blockIdx.y, n, s_w);
 }
 
 template <DType kKv>
@@ -96,7 +68,7 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, DecodeKer
     case DType::kI32:
       return;  // rejected by the backend's entry point
   }
-  if (p.num_splits > 1) {
+  if (p.num_splits > 1 && p.split_counters == nullptr) {  // else the decode kernel merged (fused)
     attention_merge_kernel<<<dim3(p.num_seqs, p.num_q_heads), 128, 0, stream>>>(p);
     SERVE8_CUDA_CHECK_LAUNCH("attention_merge_kernel");
   }

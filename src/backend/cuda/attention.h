@@ -51,6 +51,10 @@ struct AttentionParams {
   int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
+  // The fused merge (stream kernel, SERVE8_CUDA_DECODE_MERGE=fused): one counter per (sequence,
+  // block of KV heads), zero between launches; the last split block to finish merges. Null: the
+  // separate merge kernel.
+  int* split_counters = nullptr;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
   // work_seq[i], rows being (token, group head) pairs, token-major.
   const int32_t* work_seq = nullptr;

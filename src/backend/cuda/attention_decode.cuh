@@ -42,6 +42,41 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
   return true;
 }
 
+// The log-sum-exp merge of sequence b's n split partials for query head hq, written as the final
+// bf16 output (v_scale applied). Every thread of the block calls it (it synchronizes); s_w holds
+// kDecodeMaxSplits + 1 floats of shared memory. The partials are read from L2 (ld.global.cg): in
+// the fused merge they were written by other blocks of the same launch.
+__device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, int b, int hq, int n, float* s_w) {
+  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
+  const int64_t row = int64_t{b} * p.num_q_heads + hq;
+  if (threadIdx.x < 32) {
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < n; s += 32) mx = fmaxf(mx, __ldcg(&p.partial_lse[s * split_stride + row]));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int s = threadIdx.x; s < n; s += 32) {
+      const float w = safe_exp2(__ldcg(&p.partial_lse[s * split_stride + row]), mx);
+      s_w[s] = w;
+      sum += w;
+    }
+    sum = warp_sum(sum);
+    if (threadIdx.x == 0) {
+      const int g = p.num_q_heads / p.num_kv_heads;
+      s_w[kDecodeMaxSplits] = sum > 0.0f ? p.v_scale[hq / g] / sum : 0.0f;
+    }
+  }
+  __syncthreads();
+  const float scale = s_w[kDecodeMaxSplits];
+  const int q_begin = p.qo_indptr[b];
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < n; ++s) o = fmaf(s_w[s], __ldcg(&p.partial_o[(s * split_stride + row) * p.head_dim + d]), o);
+    static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] =
+        float_to_bf16_bits(o * scale);
+  }
+  __syncthreads();  // s_w is the next call's
+}
+
 // Element d of query head j (of the block's group of g) from its normalized output o and
 // log-sum-exp (log2 units): the final bf16 output (v_scale applied) when the sequence did not
 // split, else the split's partial for attention_merge_kernel.

@@ -21,7 +21,8 @@
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
-// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels.
+// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels, or, with
+// SERVE8_CUDA_DECODE_MERGE=fused, in the last split block to finish (decode_fused_merge).
 #pragma once
 
 #include <type_traits>
@@ -101,6 +102,32 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
     return KvTraits<DType::kFP8E4M3>::cvt2_bits(two_bytes_low & 0xffffu);
   } else {
     return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
+  }
+}
+
+// The fused merge: after its partials, each split block counts itself in; the last of a
+// (sequence, block of KV heads) to arrive merges all the splits (the classic threadfence
+// reduction), so no second kernel is launched. smem is the block's stage memory, free by now.
+template <int kHeads>
+__device__ __forceinline__ void decode_fused_merge(const AttentionParams& p, int b, int n_split, int g,
+                                                   unsigned char* smem) {
+  float* s_w = reinterpret_cast<float*>(smem);
+  int* s_last = reinterpret_cast<int*>(s_w + kDecodeMaxSplits + 1);
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.split_counters + blockIdx.y * gridDim.z + blockIdx.z;
+    const bool last = atomicAdd(counter, 1) == n_split - 1;
+    if (last) *counter = 0;  // every split has arrived: ready for the next launch
+    *s_last = last;
+  }
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();
+  for (int k = 0; k < kHeads; ++k) {
+    const int kvh = blockIdx.z * kHeads + k;
+    if (kvh >= p.num_kv_heads) break;
+    for (int j = 0; j < g; ++j) merge_decode_splits(p, b, kvh * g + j, n_split, s_w);
   }
 }
 
@@ -321,6 +348,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   }
   __syncthreads();
   if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
+  if (p.split_counters != nullptr && w.n_split > 1) decode_fused_merge<kHeads>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the

@@ -333,6 +333,13 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
       }
       p.partial_o = split_workspace_;
       p.partial_lse = split_workspace_ + rows * static_cast<size_t>(g.head_dim);
+      if (split_counters_ != nullptr) {
+        const int64_t counters = int64_t{batch.num_seqs} * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
+        SERVE8_CHECK(counters <= kSplitCounters,
+                     "SERVE8_CUDA_DECODE_MERGE=fused: {} sequences x KV-head blocks need more than {} split counters",
+                     counters, kSplitCounters);
+        p.split_counters = split_counters_;
+      }
     }
     launch_attention_decode(p, kv.k.dtype, decode_kernel_, stream_);
   }

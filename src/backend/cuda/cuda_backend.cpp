@@ -175,6 +175,17 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
     decode_heads_ = std::atoi(e);
     SERVE8_CHECK(decode_heads_ == 1 || decode_heads_ == 2, "SERVE8_CUDA_DECODE_HEADS={}: expected 1 or 2", e);
   }
+  if (const char* e = std::getenv("SERVE8_CUDA_DECODE_MERGE")) {
+    const std::string v = e;
+    SERVE8_CHECK(v == "kernel" || v == "fused", "SERVE8_CUDA_DECODE_MERGE={}: expected kernel or fused", v);
+    SERVE8_CHECK(v == "kernel" || decode_kernel_ == DecodeKernel::kStream,
+                 "SERVE8_CUDA_DECODE_MERGE=fused: only the stream decode kernel merges its own splits");
+    if (v == "fused") {
+      // Zero once; every launch leaves its counters at zero again.
+      SERVE8_CUDA_CHECK(cudaMalloc(&split_counters_, kSplitCounters * sizeof(int)));
+      SERVE8_CUDA_CHECK(cudaMemset(split_counters_, 0, kSplitCounters * sizeof(int)));
+    }
+  }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;
     SERVE8_CHECK(v == "pipelined" || v == "simple", "SERVE8_CUDA_PREFILL={}: expected pipelined or simple", v);
@@ -189,6 +200,7 @@ CudaBackend::~CudaBackend() {
   gemm_.reset();
   sampler_.reset();
   if (split_workspace_) cudaFree(split_workspace_);
+  if (split_counters_) cudaFree(split_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

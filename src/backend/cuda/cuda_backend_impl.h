@@ -117,6 +117,10 @@ class CudaBackend final : public Backend {
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials
   size_t split_workspace_bytes_ = 0;
+  // SERVE8_CUDA_DECODE_MERGE=fused: the decode kernel's split counters (AttentionParams::split_counters),
+  // one per (sequence, block of KV heads) of a launch that splits.
+  static constexpr int kSplitCounters = 1 << 16;
+  int* split_counters_ = nullptr;
 };
 
 }  // namespace serve8
