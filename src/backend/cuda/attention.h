@@ -51,9 +51,9 @@ struct AttentionParams {
   int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
-  // The fused merge (stream kernel, SERVE8_CUDA_DECODE_MERGE=fused): one counter per (sequence,
-  // block of KV heads), zero between launches; the last split block to finish merges. Null: the
-  // separate merge kernel.
+  // The fused merge (stream kernel; decode_fused_merge or SERVE8_CUDA_DECODE_MERGE=fused): one
+  // counter per (sequence, block of KV heads), zero between launches; the last split block to
+  // finish merges. Null: the separate merge kernel.
   int* split_counters = nullptr;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
   // work_seq[i], rows being (token, group head) pairs, token-major.

@@ -333,11 +333,14 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
       }
       p.partial_o = split_workspace_;
       p.partial_lse = split_workspace_ + rows * static_cast<size_t>(g.head_dim);
-      if (split_counters_ != nullptr) {
+      const bool fused = decode_merge_ == DecodeMerge::kFused ||
+                         (decode_merge_ == DecodeMerge::kAuto &&
+                          decode_fused_merge(p.num_q_heads / p.num_kv_heads, base, props_.multiProcessorCount));
+      if (fused && split_counters_ != nullptr) {
         const int64_t counters = int64_t{batch.num_seqs} * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
         SERVE8_CHECK(counters <= kSplitCounters,
-                     "SERVE8_CUDA_DECODE_MERGE=fused: {} sequences x KV-head blocks need more than {} split counters",
-                     counters, kSplitCounters);
+                     "fused split merge: {} sequences x KV-head blocks need more than {} split counters", counters,
+                     kSplitCounters);
         p.split_counters = split_counters_;
       }
     }
