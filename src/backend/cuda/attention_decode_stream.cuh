@@ -21,8 +21,8 @@
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
-// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels, or, with
-// SERVE8_CUDA_DECODE_MERGE=fused, in the last split block to finish (decode_fused_merge).
+// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels, or, where
+// decode_fused_merge (decode_splits.h) picks it, in the last split block to finish.
 #pragma once
 
 #include <type_traits>
