@@ -109,8 +109,8 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
 // (sequence, block of KV heads) to arrive merges all the splits (the classic threadfence
 // reduction), so no second kernel is launched. smem is the block's stage memory, free by now.
 template <int kHeads>
-__device__ __forceinline__ void decode_fused_merge(const AttentionParams& p, int b, int n_split, int g,
-                                                   unsigned char* smem) {
+__device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
+                                                           unsigned char* smem) {
   float* s_w = reinterpret_cast<float*>(smem);
   int* s_last = reinterpret_cast<int*>(s_w + kDecodeMaxSplits + 1);
   __threadfence();  // this block's partials are visible device-wide before it is counted
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   }
   __syncthreads();
   if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
-  if (p.split_counters != nullptr && w.n_split > 1) decode_fused_merge<kHeads>(p, w.b, w.n_split, g, smem);
+  if (p.split_counters != nullptr && w.n_split > 1) merge_splits_in_last_block<kHeads>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
