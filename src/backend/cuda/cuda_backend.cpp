@@ -184,9 +184,10 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
     decode_merge_ = v == "fused" ? DecodeMerge::kFused : v == "kernel" ? DecodeMerge::kKernel : DecodeMerge::kAuto;
   }
   if (decode_kernel_ == DecodeKernel::kStream && decode_merge_ != DecodeMerge::kKernel) {
-    // Zero once; every launch leaves its counters at zero again.
+    // Zero once, on the backend's stream (non-blocking: it would not wait for a default-stream
+    // memset); every launch leaves its counters at zero again.
     SERVE8_CUDA_CHECK(cudaMalloc(&split_counters_, kSplitCounters * sizeof(int)));
-    SERVE8_CUDA_CHECK(cudaMemset(split_counters_, 0, kSplitCounters * sizeof(int)));
+    SERVE8_CUDA_CHECK(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(int), stream_));
   }
   if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
     const std::string v = e;
