@@ -337,9 +337,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
                          (decode_merge_ == DecodeMerge::kAuto &&
                           decode_fused_merge(p.num_q_heads / p.num_kv_heads, base, props_.multiProcessorCount));
       if (fused && split_counters_ != nullptr) {
-        const int64_t counters = int64_t{batch.num_seqs} * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
-        SERVE8_CHECK(counters <= kSplitCounters,
-                     "fused split merge: {} sequences x KV-head blocks need more than {} split counters", counters,
+        SERVE8_CHECK(base <= kSplitCounters,  // a counter per (sequence, block of KV heads)
+                     "fused split merge: {} sequences x KV-head blocks need more than {} split counters", base,
                      kSplitCounters);
         p.split_counters = split_counters_;
       }
