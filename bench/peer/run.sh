@@ -10,6 +10,8 @@
 #     ours     bench_attention from .carry/gpu/gpu.tar.xz (scripts/gpu_test.sh pack) on the same grid
 #     fi       bench/peer/flashinfer_bench.py
 #     compare  bench/peer/compare.py: compare.md (table) and peer_h200.png
+#     profile  (not by default) Nsight Compute counters of both sides' kernels on PROFILE_FILTERS'
+#              labels: profile.md (bench/peer/profile_summary.py)
 # With the device tool: run(command="bash bench/peer/run.sh", carry=[".carry/peer", ".carry/gpu"],
 # timeout_s=600). Everything lands in $OUT: peer_results.tgz (all logs and JSON) and, beside it,
 # compare.md, peer_h200.png, flashinfer_bench.json, attention_bench.json, summary.txt.
@@ -151,17 +153,24 @@ jit() {
   du -sh "$base/.cache/flashinfer" 2>/dev/null | tee -a "$W/summary.txt"
 }
 
-ours() {
-  [[ -f "$W/attention_bench.json" ]] && { log "ours: done before"; return 0; }
-  local packed="$root/.carry/gpu/gpu.tar.xz" stage=/tmp/serve8-gpu
+# Unpacks scripts/gpu_test.sh's pack into $stage and sets libpath for its binaries.
+stage=/tmp/serve8-gpu
+unpack_ours() {
+  local packed="$root/.carry/gpu/gpu.tar.xz" lt
   [[ -f "$packed" ]] || { log "ours: no $packed (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
-  rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"
-  local libpath="$stage/lib:/usr/local/cuda/lib64" lt
+  [[ -x "$stage/bin/bench_attention" ]] || { rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"; }
+  libpath="$stage/lib:/usr/local/cuda/lib64"
   if ! LD_LIBRARY_PATH="$libpath" ldd "$stage/bin/bench_attention" | grep -q 'libcublasLt.so.* => /'; then
     lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
     [[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
   fi
-  SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)" LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  export SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
+}
+
+ours() {
+  [[ -f "$W/attention_bench.json" ]] && { log "ours: done before"; return 0; }
+  unpack_ours || return 1
+  LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     timeout "$(tl 5)" "$stage/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
     >"$W/attention_bench.txt" 2>&1
   local rc=$?
@@ -189,6 +198,40 @@ compare() {
   log "compare: rc=$? $(grep '^FP8 decode' "$W/compare.md" 2>/dev/null)"
 }
 
+# Nsight Compute's hardware counters for the kernels of each PROFILE_FILTERS label (';'-separated;
+# each should name one row), ours and FlashInfer's (tensor- and CUDA-core decode, their merges),
+# one process per label and side, 1 rep; caches flushed before each kernel (ncu's default, as the
+# timed runs make the L2 cold). bench/peer/profile_summary.py tables them (profile.md).
+profile() {
+  local ncu f i=0 metrics
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [[ -x "$ncu" ]] || { log "profile: no ncu"; return 1; }
+  [[ -f "$W/jit.done" ]] || { log "profile: the jit step has not finished"; return 1; }
+  unpack_ours || return 1
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+  metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+  metrics+=,sm__cycles_active.avg,sm__cycles_elapsed.avg,launch__grid_size,launch__block_size
+  metrics+=,launch__registers_per_thread,launch__occupancy_limit_shared_mem,launch__occupancy_limit_registers
+  rm -rf "$W/profile" && mkdir -p "$W/profile"
+  IFS=';' read -ra fs <<<"${PROFILE_FILTERS:?PROFILE_FILTERS: labels to profile}"
+  for f in "${fs[@]}"; do
+    i=$((i + 1))
+    echo "$f" >"$W/profile/label_$i.txt"
+    LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none \
+      --metrics "$metrics" --kernel-name "regex:attention_decode|attention_merge" -f -o "$W/profile/ours_$i" \
+      "$stage/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
+    timeout "$(tl 5)" "$ncu" --clock-control none --metrics "$metrics" \
+      --kernel-name "regex:BatchDecode|BatchPrefill|MergeStates" -f -o "$W/profile/fi_$i" \
+      python3 "$root/bench/peer/flashinfer_bench.py" --filter "$f" --reps 1 --out "$W/profile/fi_$i.json" \
+      >"$W/profile/fi_$i.log" 2>&1
+    log "profile $i ($f): $(ls "$W/profile" | grep -c "_$i.ncu-rep") reports"
+  done
+  python3 "$root/bench/peer/profile_summary.py" "$W/profile" --ncu "$ncu" --times "$W" --json "$W/profile.json" \
+    >"$W/profile.md" 2>"$W/profile.err"
+  log "profile: rc=$? ($(wc -l <"$W/profile.md") lines in profile.md)"
+  cp -f "$W/profile.md" "$W/profile.json" "$final/" 2>/dev/null
+}
+
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(install jit ours fi compare)
 log "bench/peer/run.sh ${steps[*]} (grid: ${grid[*]:-full} ${reps[*]}); deadline ${deadline} s"
@@ -200,6 +243,7 @@ for s in "${steps[@]}"; do
     ours) ours ;;
     fi) fi_bench ;;
     compare) compare ;;
+    profile) profile ;;
     *) log "unknown step $s" ;;
   esac
 done

@@ -108,11 +108,16 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
 // The fused merge: after its partials, each split block counts itself in; the last of a
 // (sequence, block of KV heads) to arrive merges all the splits (the classic threadfence
 // reduction), so no second kernel is launched. smem is the block's stage memory, free by now.
-template <int kHeads>
+// Every warp works on the merge: first a warp per query head finds the split weights, then each
+// thread owns 4 consecutive d of one query head and sums the splits' float4 partials
+// (weighted_split_sum), so a GQA group's heads merge side by side instead of one after another.
+template <int kD, int kHeads>
 __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
                                                            unsigned char* smem) {
+  constexpr int kW = kDecodeMaxSplits + 1;  // weights of a query head, then its output scale
+  constexpr int kMaxGroup = 8;              // query heads per KV head, as in the kernel
   float* s_w = reinterpret_cast<float*>(smem);
-  int* s_last = reinterpret_cast<int*>(s_w + kDecodeMaxSplits + 1);
+  int* s_last = reinterpret_cast<int*>(smem) + kHeads * kMaxGroup * kW;
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -124,10 +129,39 @@ __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams
   __syncthreads();
   if (!*s_last) return;
   __threadfence();
-  for (int k = 0; k < kHeads; ++k) {
-    const int kvh = blockIdx.z * kHeads + k;
-    if (kvh >= p.num_kv_heads) break;
-    for (int j = 0; j < g; ++j) merge_decode_splits(p, b, kvh * g + j, n_split, s_w);
+  const int kvh0 = blockIdx.z * kHeads;
+  const int n_heads = min(kHeads, p.num_kv_heads - kvh0) * g;  // query heads of the block
+  const int hq0 = kvh0 * g;
+  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
+  const int64_t row0 = int64_t{b} * p.num_q_heads + hq0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int j = warp; j < n_heads; j += blockDim.x / 32) {
+    const float* lse = p.partial_lse + row0 + j;
+    float mx = -INFINITY;
+    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, __ldcg(&lse[s * split_stride]));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int s = lane; s < n_split; s += 32) {
+      const float wt = safe_exp2(__ldcg(&lse[s * split_stride]), mx);
+      s_w[j * kW + s] = wt;
+      sum += wt;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) s_w[j * kW + kDecodeMaxSplits] = sum > 0.0f ? p.v_scale[(hq0 + j) / g] / sum : 0.0f;
+  }
+  __syncthreads();
+  const int q_begin = p.qo_indptr[b];
+  for (int e = threadIdx.x; e < n_heads * (kD / 4); e += blockDim.x) {
+    const int j = e / (kD / 4), d = (e % (kD / 4)) * 4;
+    const float* wts = s_w + j * kW;
+    const float4 o = weighted_split_sum(reinterpret_cast<const float4*>(p.partial_o + (row0 + j) * kD + d),
+                                        split_stride * kD / 4, wts, n_split);
+    const float scale = wts[kDecodeMaxSplits];
+    uint2 packed;
+    packed.x = pack_bf16x2(o.x * scale, o.y * scale);
+    packed.y = pack_bf16x2(o.z * scale, o.w * scale);
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq0 + j) * kD + d) =
+        packed;
   }
 }
 
@@ -142,6 +176,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
   static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
+  static_assert((kHeads * kMaxGroup * (kDecodeMaxSplits + 1) + 1) * sizeof(float) <= L::kSmemBytes,
+                "the split merge reuses the stages");
 
   DecodeBlock w;
   if (!decode_block(p, w)) return;
@@ -348,7 +384,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   }
   __syncthreads();
   if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
-  if (p.split_counters != nullptr && w.n_split > 1) merge_splits_in_last_block<kHeads>(p, w.b, w.n_split, g, smem);
+  if (p.split_counters != nullptr && w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
