@@ -93,11 +93,15 @@ def event_times(workdir):
     ours = os.path.join(workdir, "attention_bench.json")
     if os.path.exists(ours):
         for r in json.load(open(ours))["rows"]:
+            if "ms" not in r:
+                continue  # skipped
             lbl = f"{r['heads']} {r['kind']} B={r['batch']} q={r['q_len']} kv={r['ctx']} {r['kv_dtype']}"
             t.setdefault(lbl, {})["ours"] = r["ms"]
     fi = os.path.join(workdir, "flashinfer_bench.json")
     if os.path.exists(fi):
         for r in json.load(open(fi))["rows"]:
+            if "kv_dtype" not in r:
+                continue  # skipped
             lbl = f"{r['heads']} {r['kind']} B={r['batch']} q={r['q_len']} kv={r['ctx']} {r['kv_dtype']}"
             for v in ("fi_cc", "fi_tc"):
                 if f"{v}_ms" in r:

@@ -42,14 +42,5 @@ TEST(DecodeSplits, ShortSplitsOnlyWhenTheLaunchIsSmall) {
   EXPECT_EQ(decode_min_chunk(kSms + 1, kSms), 1024);
 }
 
-TEST(DecodeSplits, FusedMergeOnlyForOneHeadGroupsOnSmallLaunches) {
-  constexpr int kSms = 132;
-  EXPECT_TRUE(decode_fused_merge(1, 1 * 40, kSms));        // Llama-2-13B heads, B=1
-  EXPECT_FALSE(decode_fused_merge(4, 1 * 8, kSms));        // Llama-3 heads, B=1: the merge kernel
-  EXPECT_FALSE(decode_fused_merge(1, 16 * 40 / 2, kSms));  // Llama-2-13B heads, B=16
-  EXPECT_TRUE(decode_fused_merge(1, kSms, kSms));
-  EXPECT_FALSE(decode_fused_merge(1, kSms + 1, kSms));
-}
-
 }  // namespace
 }  // namespace serve8

@@ -120,24 +120,27 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
           << "decode with two KV heads per block, batch " << bi;
     }
-    // The fused split merge (SERVE8_CUDA_DECODE_MERGE=fused), with 16-token splits so that every
+    // Split merges, fused (the default) and by the merge kernel, with 16-token splits so that every
     // sequence of this small grid splits, with one and (FP8) two KV heads per block; twice, since
-    // the split counters must be back at zero after a launch.
-    for (const char* heads : {"1", "2"}) {
-      if (d == 8 || (heads[0] == '2' && dt != DType::kFP8E5M2 && dt != DType::kFP8E4M3)) break;
-      setenv("SERVE8_CUDA_DECODE_MERGE", "fused", 1);
-      setenv("SERVE8_CUDA_DECODE_MIN_CHUNK", "16", 1);
-      setenv("SERVE8_CUDA_DECODE_HEADS", heads, 1);
-      auto alt = create_backend("cuda");
-      unsetenv("SERVE8_CUDA_DECODE_MERGE");
-      unsetenv("SERVE8_CUDA_DECODE_MIN_CHUNK");
-      unsetenv("SERVE8_CUDA_DECODE_HEADS");
-      for (int rep = 0; rep < 2; ++rep) {
-        Buffer out3(*alt, n * 2);
-        test::poison(*alt, out3.data(), n * 2);
-        alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
-        EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-            << "fused split merge, " << heads << " KV head(s) per block, run " << rep << ", batch " << bi;
+    // the fused merge's split counters must be back at zero after a launch.
+    for (const char* merge : {"fused", "kernel"}) {
+      for (const char* heads : {"1", "2"}) {
+        if (d == 8 || (heads[0] == '2' && dt != DType::kFP8E5M2 && dt != DType::kFP8E4M3)) break;
+        setenv("SERVE8_CUDA_DECODE_MERGE", merge, 1);
+        setenv("SERVE8_CUDA_DECODE_MIN_CHUNK", "16", 1);
+        setenv("SERVE8_CUDA_DECODE_HEADS", heads, 1);
+        auto alt = create_backend("cuda");
+        unsetenv("SERVE8_CUDA_DECODE_MERGE");
+        unsetenv("SERVE8_CUDA_DECODE_MIN_CHUNK");
+        unsetenv("SERVE8_CUDA_DECODE_HEADS");
+        for (int rep = 0; rep < 2; ++rep) {
+          Buffer out3(*alt, n * 2);
+          test::poison(*alt, out3.data(), n * 2);
+          alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale,
+                         out3.view(DType::kBF16, {t, hq, d}));
+          EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
+              << merge << " split merge, " << heads << " KV head(s) per block, run " << rep << ", batch " << bi;
+        }
       }
     }
     // The other kernels (two decode kernels, the simple prefill), kept beside the defaults.

@@ -51,7 +51,7 @@ struct AttentionParams {
   int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
-  // The fused merge (stream kernel; decode_fused_merge or SERVE8_CUDA_DECODE_MERGE=fused): one
+  // The fused merge (the stream kernel's default; SERVE8_CUDA_DECODE_MERGE=kernel turns it off): one
   // counter per (sequence, block of KV heads), zero between launches; the last split block to
   // finish merges. Null: the separate merge kernel.
   int* split_counters = nullptr;

@@ -42,30 +42,6 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
   return true;
 }
 
-// sum_s w[s] * first[s * stride] over n splits (float or float4 elements), kInFlight loads issued
-// before the first use: the partials sit in L2, and a merge that waits on one load at a time
-// spends n L2 round trips (64 splits: several microseconds).
-__device__ __forceinline__ void fma_into(float& o, float w, float v) { o = fmaf(w, v, o); }
-__device__ __forceinline__ void fma_into(float4& o, float w, const float4& v) {
-  o.x = fmaf(w, v.x, o.x);
-  o.y = fmaf(w, v.y, o.y);
-  o.z = fmaf(w, v.z, o.z);
-  o.w = fmaf(w, v.w, o.w);
-}
-template <typename T>
-__device__ __forceinline__ T weighted_split_sum(const T* first, int64_t stride, const float* w, int n) {
-  constexpr int kInFlight = 8;
-  T o{};
-  for (int s0 = 0; s0 < n; s0 += kInFlight) {
-    T v[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) v[u] = s0 + u < n ? __ldcg(first + (s0 + u) * stride) : T{};
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u) fma_into(o, s0 + u < n ? w[s0 + u] : 0.0f, v[u]);
-  }
-  return o;
-}
-
 // The log-sum-exp merge of sequence b's n split partials for query head hq, written as the final
 // bf16 output (v_scale applied). Every thread of the block calls it (it synchronizes); s_w holds
 // kDecodeMaxSplits + 1 floats of shared memory. The partials are read from L2 (ld.global.cg): in
@@ -93,7 +69,8 @@ __device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, in
   const float scale = s_w[kDecodeMaxSplits];
   const int q_begin = p.qo_indptr[b];
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    const float o = weighted_split_sum(p.partial_o + row * p.head_dim + d, split_stride * p.head_dim, s_w, n);
+    float o = 0.0f;
+    for (int s = 0; s < n; ++s) o = fmaf(s_w[s], __ldcg(&p.partial_o[(s * split_stride + row) * p.head_dim + d]), o);
     static_cast<uint16_t*>(p.out)[(int64_t{q_begin} * p.num_q_heads + hq) * p.head_dim + d] =
         float_to_bf16_bits(o * scale);
   }

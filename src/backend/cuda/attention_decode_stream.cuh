@@ -21,8 +21,8 @@
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
-// merge in attention_merge_kernel by log-sum-exp, as for the other decode kernels, or, where
-// decode_fused_merge (decode_splits.h) picks it, in the last split block to finish.
+// merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block), or in
+// attention_merge_kernel as for the other decode kernels (SERVE8_CUDA_DECODE_MERGE=kernel).
 #pragma once
 
 #include <type_traits>
@@ -103,6 +103,29 @@ __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
   } else {
     return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
   }
+}
+
+// sum_s w[s] * first[s * stride] over n splits, kInFlight loads issued before the first use: the
+// partials sit in L2, and a merge that waits on one load at a time pays n L2 round trips.
+__device__ __forceinline__ float4 weighted_split_sum(const float4* first, int64_t stride, const float* w, int n) {
+  constexpr int kInFlight = 8;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < n; s0 += kInFlight) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      v[u] = s0 + u < n ? __ldcg(first + (s0 + u) * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const float wt = s0 + u < n ? w[s0 + u] : 0.0f;
+      o.x = fmaf(wt, v[u].x, o.x);
+      o.y = fmaf(wt, v[u].y, o.y);
+      o.z = fmaf(wt, v[u].z, o.z);
+      o.w = fmaf(wt, v[u].w, o.w);
+    }
+  }
+  return o;
 }
 
 // The fused merge: after its partials, each split block counts itself in; the last of a

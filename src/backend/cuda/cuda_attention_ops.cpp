@@ -333,15 +333,9 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
       }
       p.partial_o = split_workspace_;
       p.partial_lse = split_workspace_ + rows * static_cast<size_t>(g.head_dim);
-      const bool fused = decode_merge_ == DecodeMerge::kFused ||
-                         (decode_merge_ == DecodeMerge::kAuto &&
-                          decode_fused_merge(p.num_q_heads / p.num_kv_heads, base, props_.multiProcessorCount));
-      if (fused && split_counters_ != nullptr) {
-        SERVE8_CHECK(base <= kSplitCounters,  // a counter per (sequence, block of KV heads)
-                     "fused split merge: {} sequences x KV-head blocks need more than {} split counters", base,
-                     kSplitCounters);
-        p.split_counters = split_counters_;
-      }
+      // A counter per (sequence, block of KV heads); a launch with more (some 65k) merges in the
+      // merge kernel instead.
+      if (decode_merge_ == DecodeMerge::kFused && base <= kSplitCounters) p.split_counters = split_counters_;
     }
     launch_attention_decode(p, kv.k.dtype, decode_kernel_, stream_);
   }

@@ -177,13 +177,13 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
   }
   if (const char* e = std::getenv("SERVE8_CUDA_DECODE_MERGE")) {
     const std::string v = e;
-    SERVE8_CHECK(v == "auto" || v == "kernel" || v == "fused",
-                 "SERVE8_CUDA_DECODE_MERGE={}: expected auto, kernel or fused", v);
+    SERVE8_CHECK(v == "kernel" || v == "fused", "SERVE8_CUDA_DECODE_MERGE={}: expected kernel or fused", v);
     SERVE8_CHECK(v != "fused" || decode_kernel_ == DecodeKernel::kStream,
                  "SERVE8_CUDA_DECODE_MERGE=fused: only the stream decode kernel merges its own splits");
-    decode_merge_ = v == "fused" ? DecodeMerge::kFused : v == "kernel" ? DecodeMerge::kKernel : DecodeMerge::kAuto;
+    decode_merge_ = v == "fused" ? DecodeMerge::kFused : DecodeMerge::kKernel;
   }
-  if (decode_kernel_ == DecodeKernel::kStream && decode_merge_ != DecodeMerge::kKernel) {
+  if (decode_kernel_ != DecodeKernel::kStream) decode_merge_ = DecodeMerge::kKernel;
+  if (decode_merge_ == DecodeMerge::kFused) {
     // Zero once, on the backend's stream (non-blocking: it would not wait for a default-stream
     // memset); every launch leaves its counters at zero again.
     SERVE8_CUDA_CHECK(cudaMalloc(&split_counters_, kSplitCounters * sizeof(int)));

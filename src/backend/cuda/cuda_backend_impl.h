@@ -117,11 +117,11 @@ class CudaBackend final : public Backend {
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials
   size_t split_workspace_bytes_ = 0;
-  // How decode splits merge (SERVE8_CUDA_DECODE_MERGE): auto follows decode_fused_merge
-  // (decode_splits.h); the stream kernel's split counters (AttentionParams::split_counters), one
-  // per (sequence, block of KV heads) of a launch that merges fused.
-  enum class DecodeMerge { kAuto, kKernel, kFused };
-  DecodeMerge decode_merge_ = DecodeMerge::kAuto;
+  // How decode splits merge (SERVE8_CUDA_DECODE_MERGE): fused in the stream kernel (its split
+  // counters, AttentionParams::split_counters, one per (sequence, block of KV heads)), or the
+  // separate merge kernel (the other decode kernels; SERVE8_CUDA_DECODE_MERGE=kernel).
+  enum class DecodeMerge { kKernel, kFused };
+  DecodeMerge decode_merge_ = DecodeMerge::kFused;
   static constexpr int kSplitCounters = 1 << 16;
   int* split_counters_ = nullptr;
 };

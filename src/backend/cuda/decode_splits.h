@@ -39,22 +39,8 @@ constexpr int plan_decode_splits(int base_blocks, int resident, int max_splits) 
 constexpr int kDecodeMinChunk = 1024;
 constexpr int kDecodeMinChunkFewBlocks = 128;
 
-// A launch whose unsplit grid has at most a block per SM: latency-bound, what both choices below
-// key on.
-constexpr bool decode_launch_is_small(int base_blocks, int sms) { return base_blocks <= sms; }
-
 constexpr int decode_min_chunk(int base_blocks, int sms) {
-  return decode_launch_is_small(base_blocks, sms) ? kDecodeMinChunkFewBlocks : kDecodeMinChunk;
-}
-
-// Whether the stream decode kernel merges its own splits (the last split block combines them)
-// instead of a second kernel. Fused saves the merge kernel's launch but leaves the merge to one
-// block per (sequence, KV heads of a block), which does its query heads one after another. On the
-// H200 that was 5-18% faster for Llama-2-13B heads (group 1) at B=1 and 5-54% slower for Llama-3
-// heads (group 4) at B=1; for Llama-2-13B at B=16 it was -7% to +2% (bench/README.md, "Fused split
-// merge"). So: group 1 and a launch of at most a block per SM.
-constexpr bool decode_fused_merge(int group, int base_blocks, int sms) {
-  return group == 1 && decode_launch_is_small(base_blocks, sms);
+  return base_blocks <= sms ? kDecodeMinChunkFewBlocks : kDecodeMinChunk;
 }
 
 }  // namespace serve8
