@@ -33,13 +33,34 @@ TEST(DecodeSplits, CapsAndDegenerateInputs) {
 
 TEST(DecodeSplits, ShortSplitsOnlyWhenTheLaunchIsSmall) {
   constexpr int kSms = 132;
-  EXPECT_EQ(decode_min_chunk(1 * 8, kSms), 128);         // Llama-3 heads, B=1: 8 blocks unsplit
-  EXPECT_EQ(decode_min_chunk(1 * 40, kSms), 128);        // Llama-2-13B heads, B=1
-  EXPECT_EQ(decode_min_chunk(16 * 8, kSms), 128);        // Llama-3 heads, B=16: 128 blocks
-  EXPECT_EQ(decode_min_chunk(16 * 40 / 2, kSms), 1024);  // Llama-2-13B heads, B=16, two heads a block: 320
-  EXPECT_EQ(decode_min_chunk(64 * 8 / 2, kSms), 1024);   // Llama-3 heads, B=64, FP8
-  EXPECT_EQ(decode_min_chunk(kSms, kSms), 128);
-  EXPECT_EQ(decode_min_chunk(kSms + 1, kSms), 1024);
+  const auto small = [](DecodeSplitRule r) { return r.min_chunk == 256 && r.min_count == 8; };
+  const auto large = [](DecodeSplitRule r) { return r.min_chunk == 1024 && r.min_count == 1; };
+  EXPECT_TRUE(small(decode_split_rule(1 * 8, kSms)));        // Llama-3 heads, B=1: 8 blocks unsplit
+  EXPECT_TRUE(small(decode_split_rule(1 * 40, kSms)));       // Llama-2-13B heads, B=1
+  EXPECT_TRUE(small(decode_split_rule(16 * 8, kSms)));       // Llama-3 heads, B=16: 128 blocks
+  EXPECT_TRUE(large(decode_split_rule(16 * 40 / 2, kSms)));  // Llama-2-13B heads, B=16, two heads a block
+  EXPECT_TRUE(large(decode_split_rule(64 * 8 / 2, kSms)));   // Llama-3 heads, B=64, FP8
+  EXPECT_TRUE(small(decode_split_rule(kSms, kSms)));
+  EXPECT_TRUE(large(decode_split_rule(kSms + 1, kSms)));
+}
+
+TEST(DecodeSplits, SplitsOfASequence) {
+  // Small launches (256 tokens a split, at least 8 of >= 64 tokens), Llama-3 heads at B=1: 60 splits a launch.
+  EXPECT_EQ(decode_splits_for(512, 60, 256, 8), 8);  // 64 tokens each
+  EXPECT_EQ(decode_splits_for(2048, 60, 256, 8), 8);
+  EXPECT_EQ(decode_splits_for(4096, 60, 256, 8), 16);
+  EXPECT_EQ(decode_splits_for(8192, 60, 256, 8), 32);
+  EXPECT_EQ(decode_splits_for(32768, 60, 256, 8), 60);  // the launch's cap
+  EXPECT_EQ(decode_splits_for(300, 60, 256, 8), 5);     // no split under 64 tokens
+  EXPECT_EQ(decode_splits_for(64, 60, 256, 8), 1);
+  EXPECT_EQ(decode_splits_for(1, 60, 256, 8), 1);
+  EXPECT_EQ(decode_splits_for(0, 60, 256, 8), 1);
+  EXPECT_EQ(decode_splits_for(4096, 4, 256, 8), 4);  // Llama-3 heads at B=16: 4 splits a launch
+  // Large launches: one split per 1,024 tokens.
+  EXPECT_EQ(decode_splits_for(512, 3, 1024, 1), 1);
+  EXPECT_EQ(decode_splits_for(2048, 3, 1024, 1), 2);
+  EXPECT_EQ(decode_splits_for(1 << 20, 3, 1024, 1), 3);
+  EXPECT_EQ(decode_splits_for(2048, 1, 1024, 1), 1);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ __global__ void attention_merge_kernel(const AttentionParams p) {
   const int b = blockIdx.x;
   if (p.qo_indptr[b + 1] - p.qo_indptr[b] != 1) return;
   const int kv_len = p.kv_indptr[b + 1] - p.kv_indptr[b];
-  const int n = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
+  const int n = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk, p.split_min_count);
   if (n > 1) merge_decode_splits(p, b, blockIdx.y, n, s_w);
 }
 

@@ -47,7 +47,8 @@ struct AttentionParams {
   // Decode split-KV: up to num_splits blocks per (sequence, KV head); partials of sequence b,
   // split s, query head h at partial_o[((s * B + b) * Hq + h) * D], lse (log2 units) likewise.
   int num_splits = 1;
-  int split_min_chunk = 1024;  // a split is worth a block from this many KV tokens (decode_min_chunk)
+  int split_min_chunk = 1024;  // a split per this many KV tokens, at least split_min_count
+  int split_min_count = 1;     // (decode_split_rule, decode_splits_for)
   int decode_heads = 1;        // KV heads per decode block (decode_heads_per_block)
   float* partial_o = nullptr;
   float* partial_lse = nullptr;
@@ -64,10 +65,9 @@ struct AttentionParams {
 
 constexpr int kDecodeMaxSplits = 128;
 // Split-KV: the stream kernel gets the fewest splits that keep its resident blocks busy
-// (decode_splits.h), none shorter than decode_min_chunk(...) tokens (the kernel uses fewer on
-// short sequences). The comparison kernels launch kDecodeBlocksPerSm blocks per SM.
-// SERVE8_CUDA_DECODE_BLOCKS_PER_SM (a fixed target for every kernel) and
-// SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
+// (decode_splits.h); a sequence uses as many of them as decode_split_rule and its length give.
+// The comparison kernels launch kDecodeBlocksPerSm blocks per SM. SERVE8_CUDA_DECODE_BLOCKS_PER_SM
+// (a fixed target for every kernel) and SERVE8_CUDA_DECODE_MIN_CHUNK override them for experiments.
 constexpr int kDecodeBlocksPerSm = 16;
 
 // The KV dtype and head_dim/group combinations each launcher supports; anything else is rejected

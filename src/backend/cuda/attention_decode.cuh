@@ -10,14 +10,9 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/decode_splits.h"
 
 namespace serve8 {
-
-// Splits of a sequence of kv_len tokens; the decode and merge kernels agree through this.
-__device__ __forceinline__ int decode_splits_for(int kv_len, int max_splits, int min_chunk) {
-  const int n = ceil_div(kv_len, min_chunk);
-  return n < 1 ? 1 : (n < max_splits ? n : max_splits);
-}
 
 // What block (split, sequence, KV head) of a decode launch covers: tokens [start, end) of the
 // sequence's KV. decode_block is false for blocks with nothing to do (the sequence is a prefill
@@ -34,7 +29,7 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
   if (p.qo_indptr[w.b + 1] - w.q_begin != 1) return false;
   w.kv_begin = p.kv_indptr[w.b];
   const int kv_len = p.kv_indptr[w.b + 1] - w.kv_begin;
-  w.n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk);
+  w.n_split = decode_splits_for(kv_len, p.num_splits, p.split_min_chunk, p.split_min_count);
   if (w.split >= w.n_split) return false;
   const int chunk = ceil_div(kv_len, w.n_split);
   w.start = w.split * chunk;

@@ -311,7 +311,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     const int base = batch.num_seqs * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
     const int resident =
         decode_blocks_per_sm(kv.k.dtype, g.head_dim, decode_kernel_, p.decode_heads) * props_.multiProcessorCount;
-    p.split_min_chunk = decode_min_chunk_ > 0 ? decode_min_chunk_ : decode_min_chunk(base, props_.multiProcessorCount);
+    const DecodeSplitRule rule = decode_min_chunk_ > 0 ? DecodeSplitRule{decode_min_chunk_, 1}
+                                                       : decode_split_rule(base, props_.multiProcessorCount);
+    p.split_min_chunk = rule.min_chunk;
+    p.split_min_count = rule.min_count;
     if (resident > 0 && decode_blocks_per_sm_ == 0) {
       p.num_splits = plan_decode_splits(base, resident, kDecodeMaxSplits);
     } else {

@@ -112,7 +112,7 @@ class CudaBackend final : public Backend {
 
   DecodeKernel decode_kernel_ = DecodeKernel::kStream;
   int decode_blocks_per_sm_ = 0;  // SERVE8_CUDA_DECODE_BLOCKS_PER_SM; 0: planned from occupancy
-  int decode_min_chunk_ = 0;      // SERVE8_CUDA_DECODE_MIN_CHUNK; 0: decode_min_chunk (decode_splits.h)
+  int decode_min_chunk_ = 0;      // SERVE8_CUDA_DECODE_MIN_CHUNK (and no minimum count); 0: decode_split_rule
   int decode_heads_ = 0;          // SERVE8_CUDA_DECODE_HEADS (FP8 pools, stream kernel); 0: decode_heads_per_block
   PrefillKernel prefill_kernel_ = PrefillKernel::kPipelined;
   float* split_workspace_ = nullptr;  // decode split-KV partials

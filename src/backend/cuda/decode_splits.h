@@ -9,6 +9,8 @@
 // 528 FP8 slots: 61% utilization) ran at 72% of the copy bandwidth against 96% for B=64.
 #pragma once
 
+#include "core/dtype.h"  // SERVE8_HD
+
 namespace serve8 {
 
 constexpr double kDecodeMinUtilization = 0.9;
@@ -30,17 +32,29 @@ constexpr int plan_decode_splits(int base_blocks, int resident, int max_splits) 
   return best;
 }
 
-// The fewest KV tokens a split gets. Long streams per block won where the unsplit launch already
-// has more blocks than SMs (of {2, 4, 8} blocks per SM x {256, 512, 1024} tokens, 2 x 1024 was best;
-// Llama-2-13B heads at B=16 ran 8-32% slower with 128-256-token splits). With at most a block per
-// SM (B=1; Llama-3 heads at B=16) a launch is latency-bound and 128-token splits were 5-45% faster
-// on 512-8k tokens (bench/README.md, "Decode split size"). A function of the launch shape only, so
-// a CUDA-graph bucket keeps its grid.
-constexpr int kDecodeMinChunk = 1024;
-constexpr int kDecodeMinChunkFewBlocks = 128;
+// How a sequence of kv_len tokens splits: one split per min_chunk tokens, but at least min_count
+// splits of at least kDecodeMinSplitTokens each, at most max_splits (the launch's grid). The
+// decode and merge kernels agree through this.
+constexpr int kDecodeMinSplitTokens = 64;
+SERVE8_HD constexpr int decode_splits_for(int kv_len, int max_splits, int min_chunk, int min_count) {
+  int n = (kv_len + min_chunk - 1) / min_chunk;
+  const int floor = (kv_len + kDecodeMinSplitTokens - 1) / kDecodeMinSplitTokens;
+  if (n < min_count) n = min_count < floor ? min_count : floor;
+  return n < 1 ? 1 : (n < max_splits ? n : max_splits);
+}
 
-constexpr int decode_min_chunk(int base_blocks, int sms) {
-  return base_blocks <= sms ? kDecodeMinChunkFewBlocks : kDecodeMinChunk;
+// Where the unsplit launch already has more blocks than SMs, long streams per block won (of {2, 4,
+// 8} blocks per SM x {256, 512, 1024} tokens, 2 x 1024 was best; Llama-2-13B heads at B=16 ran
+// 8-32% slower with 128-256-token splits). With at most a block per SM (B=1; Llama-3 heads at
+// B=16) a launch is latency-bound: there 256-token splits, but at least 8 (of 64 tokens or more),
+// were the best or within 0.5 us of the best of {64, 128, 256, 512}-token splits on 512-8k tokens
+// (bench/README.md, "Split rule for small launches"). A function of the launch shape only, so a
+// CUDA-graph bucket keeps its grid.
+struct DecodeSplitRule {
+  int min_chunk, min_count;
+};
+constexpr DecodeSplitRule decode_split_rule(int base_blocks, int sms) {
+  return base_blocks <= sms ? DecodeSplitRule{256, 8} : DecodeSplitRule{1024, 1};
 }
 
 }  // namespace serve8
