@@ -32,8 +32,8 @@ METRICS = {
     "launch__block_size": "block",
     "launch__registers_per_thread": "regs",
 }
-BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
-TIME = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6}
+BYTES = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
+TIME = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "ns": 1, "us": 1e3, "ms": 1e6}
 
 
 def kernels(ncu, rep):
@@ -59,7 +59,7 @@ def kernels(ncu, rep):
 
 
 def variant(name):
-    if name.startswith("attention_decode"):
+    if "attention_decode" in name:
         return "ours"
     if "BatchDecode" in name:
         return "fi_cc"
