@@ -202,11 +202,13 @@ compare() {
 # each should name one row), ours and FlashInfer's (tensor- and CUDA-core decode, their merges),
 # one process per label and side, 1 rep; caches flushed before each kernel (ncu's default, as the
 # timed runs make the L2 cold). bench/peer/profile_summary.py tables them (profile.md).
+# PROFILE_SIDES="ours" leaves FlashInfer's side out (no install or jit step needed).
 profile() {
   local ncu f i=0 metrics
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   [[ -x "$ncu" ]] || { log "profile: no ncu"; return 1; }
-  [[ -f "$W/jit.done" ]] || { log "profile: the jit step has not finished"; return 1; }
+  local sides=" ${PROFILE_SIDES:-ours fi} "
+  [[ "$sides" != *" fi "* || -f "$W/jit.done" ]] || { log "profile: the jit step has not finished"; return 1; }
   unpack_ours || return 1
   metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
   metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
@@ -217,10 +219,10 @@ profile() {
   for f in "${fs[@]}"; do
     i=$((i + 1))
     echo "$f" >"$W/profile/label_$i.txt"
-    LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none \
+    [[ "$sides" == *" ours "* ]] && LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none \
       --metrics "$metrics" --kernel-name "regex:attention_decode|attention_merge" -f -o "$W/profile/ours_$i" \
       "$stage/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
-    timeout "$(tl 5)" "$ncu" --clock-control none --metrics "$metrics" \
+    [[ "$sides" == *" fi "* ]] && timeout "$(tl 5)" "$ncu" --clock-control none --metrics "$metrics" \
       --kernel-name "regex:BatchDecode|BatchPrefill|MergeStates" -f -o "$W/profile/fi_$i" \
       python3 "$root/bench/peer/flashinfer_bench.py" --filter "$f" --reps 1 --out "$W/profile/fi_$i.json" \
       >"$W/profile/fi_$i.log" 2>&1
