@@ -51,8 +51,9 @@ TEST(DecodeSplits, SplitsOfASequence) {
   EXPECT_EQ(decode_splits_for(4096, 60, 256, 8), 16);
   EXPECT_EQ(decode_splits_for(8192, 60, 256, 8), 32);
   EXPECT_EQ(decode_splits_for(32768, 60, 256, 8), 60);  // the launch's cap
-  EXPECT_EQ(decode_splits_for(300, 60, 256, 8), 5);     // no split under 64 tokens
-  EXPECT_EQ(decode_splits_for(64, 60, 256, 8), 1);
+  EXPECT_EQ(decode_splits_for(300, 60, 256, 8), 4);     // 75 tokens each: none under 64
+  EXPECT_EQ(decode_splits_for(127, 60, 256, 8), 1);
+  EXPECT_EQ(decode_splits_for(128, 60, 256, 8), 2);
   EXPECT_EQ(decode_splits_for(1, 60, 256, 8), 1);
   EXPECT_EQ(decode_splits_for(0, 60, 256, 8), 1);
   EXPECT_EQ(decode_splits_for(4096, 4, 256, 8), 4);  // Llama-3 heads at B=16: 4 splits a launch

@@ -38,9 +38,9 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
 }
 
 // The log-sum-exp merge of sequence b's n split partials for query head hq, written as the final
-// bf16 output (v_scale applied). Every thread of the block calls it (it synchronizes); s_w holds
-// kDecodeMaxSplits + 1 floats of shared memory. The partials are read from L2 (ld.global.cg): in
-// the fused merge they were written by other blocks of the same launch.
+// bf16 output (v_scale applied), for attention_merge_kernel (the stream kernel merges its own:
+// merge_splits_in_last_block). Every thread of the block calls it (it synchronizes); s_w holds
+// kDecodeMaxSplits + 1 floats of shared memory.
 __device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, int b, int hq, int n, float* s_w) {
   const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
   const int64_t row = int64_t{b} * p.num_q_heads + hq;

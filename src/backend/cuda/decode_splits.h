@@ -33,13 +33,13 @@ constexpr int plan_decode_splits(int base_blocks, int resident, int max_splits) 
 }
 
 // How a sequence of kv_len tokens splits: one split per min_chunk tokens, but at least min_count
-// splits of at least kDecodeMinSplitTokens each, at most max_splits (the launch's grid). The
+// splits as long as each keeps kDecodeMinSplitTokens, at most max_splits (the launch's grid). The
 // decode and merge kernels agree through this.
 constexpr int kDecodeMinSplitTokens = 64;
 SERVE8_HD constexpr int decode_splits_for(int kv_len, int max_splits, int min_chunk, int min_count) {
   int n = (kv_len + min_chunk - 1) / min_chunk;
-  const int floor = (kv_len + kDecodeMinSplitTokens - 1) / kDecodeMinSplitTokens;
-  if (n < min_count) n = min_count < floor ? min_count : floor;
+  const int most = kv_len / kDecodeMinSplitTokens;  // splits of at least kDecodeMinSplitTokens
+  if (n < min_count) n = min_count < most ? min_count : most;
   return n < 1 ? 1 : (n < max_splits ? n : max_splits);
 }
 
@@ -47,8 +47,8 @@ SERVE8_HD constexpr int decode_splits_for(int kv_len, int max_splits, int min_ch
 // 8} blocks per SM x {256, 512, 1024} tokens, 2 x 1024 was best; Llama-2-13B heads at B=16 ran
 // 8-32% slower with 128-256-token splits). With at most a block per SM (B=1; Llama-3 heads at
 // B=16) a launch is latency-bound: there 256-token splits, but at least 8 (of 64 tokens or more),
-// were the best or within 0.5 us of the best of {64, 128, 256, 512}-token splits on 512-8k tokens
-// (bench/README.md, "Split rule for small launches"). A function of the launch shape only, so a
+// were the best or within 0.7 us of the best of {64, 128, 256, 512}-token splits on 512-8k tokens
+// (bench/README.md, "Every warp merges; a split rule for small launches"). A function of the launch shape only, so a
 // CUDA-graph bucket keeps its grid.
 struct DecodeSplitRule {
   int min_chunk, min_count;
