@@ -102,7 +102,10 @@ def plot(rows, png, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     heads = sorted({j["ours"]["heads"] for j in rows})
-    fig, axes = plt.subplots(2, max(1, len(heads)), figsize=(7 * max(1, len(heads)), 9), squeeze=False)
+    # A decode-only run (PEER_FILTER=decode) gets no empty prefill panels.
+    n_rows = 2 if any(j["ours"]["kind"] != "decode" and j["ratio"] for j in rows) else 1
+    fig, axes = plt.subplots(n_rows, max(1, len(heads)), figsize=(7 * max(1, len(heads)), 4.5 * n_rows),
+                             squeeze=False)
     style = {"bf16": "-", "fp8_e5m2": "--", "fp8_e4m3": ":"}
     for col, h in enumerate(heads):
         ax = axes[0][col]
@@ -120,6 +123,8 @@ def plot(rows, png, title):
         ax.set_title(f"decode, {h}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=3)
+        if n_rows == 1:
+            continue
         ax2 = axes[1][col]
         pre = [j for j in rows if j["ours"]["heads"] == h and j["ours"]["kind"] != "decode" and j["ratio"]]
         labels = [f"{j['ours']['kind'][:3]} B{j['ours']['batch']}\n{j['ours']['q_len']}/{j['ours']['ctx']}\n"
