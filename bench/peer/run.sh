@@ -202,7 +202,8 @@ compare() {
 # each should name one row), ours and FlashInfer's (tensor- and CUDA-core decode, their merges),
 # one process per label and side, 1 rep; caches flushed before each kernel (ncu's default, as the
 # timed runs make the L2 cold). bench/peer/profile_summary.py tables them (profile.md).
-# PROFILE_SIDES="ours" leaves FlashInfer's side out (no install or jit step needed).
+# PROFILE_SIDES="ours" leaves FlashInfer's side out (no install or jit step needed);
+# PROFILE_NCU_ARGS adds ncu options (e.g. "--cache-control none": caches as the timed run leaves them).
 profile() {
   local ncu f i=0 metrics
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -219,10 +220,10 @@ profile() {
   for f in "${fs[@]}"; do
     i=$((i + 1))
     echo "$f" >"$W/profile/label_$i.txt"
-    [[ "$sides" == *" ours "* ]] && LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none \
+    [[ "$sides" == *" ours "* ]] && LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} \
       --metrics "$metrics" --kernel-name "regex:attention_decode|attention_merge" -f -o "$W/profile/ours_$i" \
       "$stage/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
-    [[ "$sides" == *" fi "* ]] && timeout "$(tl 5)" "$ncu" --clock-control none --metrics "$metrics" \
+    [[ "$sides" == *" fi "* ]] && timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} --metrics "$metrics" \
       --kernel-name "regex:BatchDecode|BatchPrefill|MergeStates" -f -o "$W/profile/fi_$i" \
       python3 "$root/bench/peer/flashinfer_bench.py" --filter "$f" --reps 1 --out "$W/profile/fi_$i.json" \
       >"$W/profile/fi_$i.log" 2>&1
