@@ -115,11 +115,15 @@ def main():
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--times", help="bench/peer work dir with the timed run's JSONs")
     ap.add_argument("--json", help="write the launches here too")
+    ap.add_argument("--ncu-args", default="", help="the extra ncu options the reports were made with")
     a = ap.parse_args()
     times = event_times(a.times) if a.times else {}
     labels = sorted((int(f[6:-4]), open(os.path.join(a.dir, f)).read().strip())
                     for f in os.listdir(a.dir) if re.fullmatch(r"label_\d+\.txt", f))
-    print("Nsight Compute (`--clock-control none`, caches flushed before each kernel), the last launch of each "
+    caches = "caches as the previous kernel left them" if "--cache-control none" in a.ncu_args else \
+        "caches flushed before each kernel"
+    opts = f"--clock-control none {a.ncu_args}".strip()
+    print(f"Nsight Compute (`{opts}`, {caches}), the last launch of each "
           "variant; `event` is the timed run's CUDA-event time (not under the profiler), `gap` = event - sum of "
           "the kernels (launches and the idle time between them).\n")
     print("| label | variant | kernel | grid x block | regs | us | DRAM MB read | DRAM % peak | SM active % "

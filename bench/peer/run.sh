@@ -230,6 +230,7 @@ profile() {
     log "profile $i ($f): $(ls "$W/profile" | grep -c "_$i.ncu-rep") reports"
   done
   python3 "$root/bench/peer/profile_summary.py" "$W/profile" --ncu "$ncu" --times "$W" --json "$W/profile.json" \
+    --ncu-args "${PROFILE_NCU_ARGS:-}" \
     >"$W/profile.md" 2>"$W/profile.err"
   log "profile: rc=$? ($(wc -l <"$W/profile.md") lines in profile.md)"
   cp -f "$W/profile.md" "$W/profile.json" "$final/" 2>/dev/null
