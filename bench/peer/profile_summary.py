@@ -87,6 +87,11 @@ def short(name):
     return name.split("::")[-1]
 
 
+def label(r):
+    """A JSON row's --filter label (both benchmarks' rows have these fields)."""
+    return f"{r['heads']} {r['kind']} B={r['batch']} q={r['q_len']} kv={r['ctx']} {r['kv_dtype']}"
+
+
 def event_times(workdir):
     """label -> {variant: ms} from the timed (unprofiled) run's JSONs."""
     t = {}
@@ -95,17 +100,15 @@ def event_times(workdir):
         for r in json.load(open(ours))["rows"]:
             if "ms" not in r:
                 continue  # skipped
-            lbl = f"{r['heads']} {r['kind']} B={r['batch']} q={r['q_len']} kv={r['ctx']} {r['kv_dtype']}"
-            t.setdefault(lbl, {})["ours"] = r["ms"]
+            t.setdefault(label(r), {})["ours"] = r["ms"]
     fi = os.path.join(workdir, "flashinfer_bench.json")
     if os.path.exists(fi):
         for r in json.load(open(fi))["rows"]:
             if "kv_dtype" not in r:
                 continue  # skipped
-            lbl = f"{r['heads']} {r['kind']} B={r['batch']} q={r['q_len']} kv={r['ctx']} {r['kv_dtype']}"
             for v in ("fi_cc", "fi_tc"):
                 if f"{v}_ms" in r:
-                    t.setdefault(lbl, {})[v] = r[f"{v}_ms"]
+                    t.setdefault(label(r), {})[v] = r[f"{v}_ms"]
     return t
 
 

@@ -158,7 +158,7 @@ stage=/tmp/serve8-gpu
 unpack_ours() {
   local packed="$root/.carry/gpu/gpu.tar.xz" lt
   [[ -f "$packed" ]] || { log "ours: no $packed (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
-  [[ -x "$stage/bin/bench_attention" ]] || { rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"; }
+  rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"  # always: a warm machine may hold an older pack
   libpath="$stage/lib:/usr/local/cuda/lib64"
   if ! LD_LIBRARY_PATH="$libpath" ldd "$stage/bin/bench_attention" | grep -q 'libcublasLt.so.* => /'; then
     lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
