@@ -37,6 +37,27 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
   return true;
 }
 
+// One whole warp (lane 0-31): the log-sum-exp weights of the n split partials of row (sequence,
+// query head) into w[0, n), and w[kDecodeMaxSplits] = v_scale / their sum (0 when every split was
+// empty), the scale of the weighted sum of the partial outputs.
+__device__ __forceinline__ void split_weights(const AttentionParams& p, int64_t row, int n, int lane, float* w) {
+  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
+  float mx = -INFINITY;
+  for (int s = lane; s < n; s += 32) mx = fmaxf(mx, __ldcg(&p.partial_lse[s * split_stride + row]));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int s = lane; s < n; s += 32) {
+    const float ws = safe_exp2(__ldcg(&p.partial_lse[s * split_stride + row]), mx);
+    w[s] = ws;
+    sum += ws;
+  }
+  sum = warp_sum(sum);
+  if (lane == 0) {
+    const int hq = static_cast<int>(row % p.num_q_heads), g = p.num_q_heads / p.num_kv_heads;
+    w[kDecodeMaxSplits] = sum > 0.0f ? p.v_scale[hq / g] / sum : 0.0f;
+  }
+}
+
 // The log-sum-exp merge of sequence b's n split partials for query head hq, written as the final
 // bf16 output (v_scale applied), for attention_merge_kernel (the stream kernel merges its own:
 // merge_splits_in_last_block). Every thread of the block calls it (it synchronizes); s_w holds
@@ -44,22 +65,7 @@ __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlo
 __device__ __forceinline__ void merge_decode_splits(const AttentionParams& p, int b, int hq, int n, float* s_w) {
   const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
   const int64_t row = int64_t{b} * p.num_q_heads + hq;
-  if (threadIdx.x < 32) {
-    float mx = -INFINITY;
-    for (int s = threadIdx.x; s < n; s += 32) mx = fmaxf(mx, __ldcg(&p.partial_lse[s * split_stride + row]));
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int s = threadIdx.x; s < n; s += 32) {
-      const float w = safe_exp2(__ldcg(&p.partial_lse[s * split_stride + row]), mx);
-      s_w[s] = w;
-      sum += w;
-    }
-    sum = warp_sum(sum);
-    if (threadIdx.x == 0) {
-      const int g = p.num_q_heads / p.num_kv_heads;
-      s_w[kDecodeMaxSplits] = sum > 0.0f ? p.v_scale[hq / g] / sum : 0.0f;
-    }
-  }
+  if (threadIdx.x < 32) split_weights(p, row, n, threadIdx.x, s_w);
   __syncthreads();
   const float scale = s_w[kDecodeMaxSplits];
   const int q_begin = p.qo_indptr[b];

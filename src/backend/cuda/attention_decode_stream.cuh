@@ -158,20 +158,7 @@ __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams
   const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
   const int64_t row0 = int64_t{b} * p.num_q_heads + hq0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int j = warp; j < n_heads; j += blockDim.x / 32) {
-    const float* lse = p.partial_lse + row0 + j;
-    float mx = -INFINITY;
-    for (int s = lane; s < n_split; s += 32) mx = fmaxf(mx, __ldcg(&lse[s * split_stride]));
-    mx = warp_max(mx);
-    float sum = 0.0f;
-    for (int s = lane; s < n_split; s += 32) {
-      const float wt = safe_exp2(__ldcg(&lse[s * split_stride]), mx);
-      s_w[j * kW + s] = wt;
-      sum += wt;
-    }
-    sum = warp_sum(sum);
-    if (lane == 0) s_w[j * kW + kDecodeMaxSplits] = sum > 0.0f ? p.v_scale[(hq0 + j) / g] / sum : 0.0f;
-  }
+  for (int j = warp; j < n_heads; j += blockDim.x / 32) split_weights(p, row0 + j, n_split, lane, s_w + j * kW);
   __syncthreads();
   const int q_begin = p.qo_indptr[b];
   for (int e = threadIdx.x; e < n_heads * (kD / 4); e += blockDim.x) {
