@@ -39,4 +39,22 @@ for setting in ${KT_ENV:-default}; do
       --out "$out/run_$i.plain.json" >"$out/run_$i.plain.txt" 2>&1 || echo "kernel_times: plain run $i failed" >&2
   done
 done
+# KT_FI=1: FlashInfer's kernels on the same labels (flashinfer_bench.py), after bench/peer/run.sh's
+# install and jit steps in the same call; a call's time is the sum of its kernels (decode, merge).
+if [[ "${KT_FI:-0}" == 1 ]]; then
+  base=/tmp/serve8-peer
+  export FLASHINFER_WORKSPACE_BASE="$base" TVM_FFI_CACHE_DIR="$base/tvm-ffi" FLASHINFER_CUDA_ARCH_LIST=9.0a
+  export PYTHONPATH="$base/py${PYTHONPATH:+:$PYTHONPATH}" PATH="$base/py/bin:$PATH"
+  for l in "${labels[@]}"; do
+    i=$((i + 1))
+    echo "flashinfer" >"$out/run_$i.setting"
+    echo "$l" >"$out/run_$i.label"
+    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --kernel-name "regex:BatchDecode|BatchPrefill|MergeStates" --csv --page raw python3 \
+      "$root/bench/peer/flashinfer_bench.py" --filter "$l" --reps "${KT_REPS:-10}" --out "$out/run_$i.json" \
+      >"$out/run_$i.csv" 2>"$out/run_$i.err" || echo "kernel_times: FlashInfer run $i ($l) failed" >&2
+    python3 "$root/bench/peer/flashinfer_bench.py" --filter "$l" --reps "${KT_REPS:-10}" \
+      --out "$out/run_$i.plain.json" >"$out/run_$i.plain.txt" 2>&1 || echo "kernel_times: plain run $i failed" >&2
+  done
+fi
 python3 "$root/bench/attention/kernel_times_summary.py" "$out" | tee "$out/kernel_times.md"

@@ -56,6 +56,9 @@ struct AttentionParams {
   // counter per (sequence, block of KV heads), zero between launches; the last split block to
   // finish merges. Null: the separate merge kernel.
   int* split_counters = nullptr;
+  // Launch the stream decode kernel with programmatic dependent launch: it may start while the
+  // kernel before it drains, and waits (griddepcontrol.wait) before its first global read.
+  bool dependent_launch = false;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
   // work_seq[i], rows being (token, group head) pairs, token-major.
   const int32_t* work_seq = nullptr;

@@ -191,6 +191,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   static_assert((kHeads * kMaxGroup * (kDecodeMaxSplits + 1) + 1) * sizeof(float) <= L::kSmemBytes,
                 "the split merge reuses the stages");
 
+  // Under a programmatic dependent launch the kernel before this one may still be running (or its
+  // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   DecodeBlock w;
   if (!decode_block(p, w)) return;
   const int half = threadIdx.x / 128;  // the block's head this warp serves
@@ -426,8 +429,17 @@ template <DType kKv, int kD, int kHeads>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
   using L = DecodeStream<kKv, kD, kHeads>;
   decode_stream_configure<kKv, kD, kHeads>();
-  const dim3 grid(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads));
-  attention_decode_stream_kernel<kKv, kD, kHeads><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads));
+  config.blockDim = dim3(L::kThreads);
+  config.dynamicSmemBytes = L::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &dependent;
+  config.numAttrs = p.dependent_launch ? 1 : 0;
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_decode_stream_kernel<kKv, kD, kHeads>, p));
 }
 
 // Calls f(std::integral_constant<int, kHeads>) for `heads` KV heads per block: 2 exists for FP8

@@ -340,6 +340,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
       // merge kernel instead.
       if (decode_merge_ == DecodeMerge::kFused && base <= kSplitCounters) p.split_counters = split_counters_;
     }
+    p.dependent_launch = decode_dependent_launch_;
     launch_attention_decode(p, kv.k.dtype, decode_kernel_, stream_);
   }
 }

@@ -183,6 +183,11 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
     decode_merge_ = v == "fused" ? DecodeMerge::kFused : DecodeMerge::kKernel;
   }
   if (decode_kernel_ != DecodeKernel::kStream) decode_merge_ = DecodeMerge::kKernel;
+  if (const char* e = std::getenv("SERVE8_CUDA_PDL")) {
+    const std::string v = e;
+    SERVE8_CHECK(v == "0" || v == "1", "SERVE8_CUDA_PDL={}: expected 0 or 1", v);
+    decode_dependent_launch_ = v == "1";
+  }
   if (decode_merge_ == DecodeMerge::kFused) {
     // Zero once, on the backend's stream (non-blocking: it would not wait for a default-stream
     // memset); every launch leaves its counters at zero again.

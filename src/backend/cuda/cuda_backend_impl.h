@@ -124,6 +124,9 @@ class CudaBackend final : public Backend {
   DecodeMerge decode_merge_ = DecodeMerge::kFused;
   static constexpr int kSplitCounters = 1 << 16;
   int* split_counters_ = nullptr;
+  // The stream decode kernel starts under a programmatic dependent launch (SERVE8_CUDA_PDL=0: a
+  // plain launch), as FlashInfer's decode does by default on sm_90.
+  bool decode_dependent_launch_ = true;
 };
 
 }  // namespace serve8
