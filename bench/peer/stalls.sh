@@ -37,3 +37,4 @@ export PYTHONPATH="$base/py${PYTHONPATH:+:$PYTHONPATH}" PATH="$base/py/bin:$PATH
   --csv --page details python3 "$root/bench/peer/flashinfer_bench.py" --filter "$label" --reps 1 \
   --out "$out/fi.json" >"$out/fi.csv" 2>&1
 echo "fi: rc=$?"
+python3 "$root/bench/peer/stalls_summary.py" "$out" >"$out/stalls.md" && echo "wrote $out/stalls.md"

@@ -25,8 +25,6 @@
 // attention_merge_kernel as for the other decode kernels (SERVE8_CUDA_DECODE_MERGE=kernel).
 #pragma once
 
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "backend/cuda/attention_decode.cuh"
@@ -410,14 +408,8 @@ int decode_stream_configure() {
   static const int blocks_per_sm = [] {
     const auto kernel = attention_decode_stream_kernel<kKv, kD, kHeads>;
     SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
-    // SERVE8_CUDA_DECODE_CARVEOUT (experiment): "none" leaves the L1/shared split to the driver, a
-    // number is the preferred shared percentage; default: all shared.
-    const char* carveout = std::getenv("SERVE8_CUDA_DECODE_CARVEOUT");
-    const int percent = carveout == nullptr                    ? cudaSharedmemCarveoutMaxShared
-                        : std::string_view(carveout) == "none" ? -2
-                                                               : std::atoi(carveout);
-    if (percent != -2)
-      SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
+    SERVE8_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     int n = 0;
     SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, L::kThreads, L::kSmemBytes));
     return n;
