@@ -14,13 +14,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage="${TMPDIR:-/tmp}/serve8-kt"
 out="${OUT:-$stage/out}/kernel_times"
-rm -rf "$stage" && mkdir -p "$stage" "$out"
-tar -C "$stage" -xJf "$root/.carry/gpu/gpu.tar.xz"
-libpath="$stage/lib:/usr/local/cuda/lib64"
-lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
-[[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
-export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+source "$root/bench/attention/gpu_pack.sh"
+unpack_gpu_pack "$stage"
+mkdir -p "$out"
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1 || true)
 [[ -x "$ncu" ]] || { echo "kernel_times: no ncu" >&2; exit 1; }
 IFS=';' read -ra labels <<<"${KT_LABELS:?KT_LABELS: bench_attention labels}"
 i=0

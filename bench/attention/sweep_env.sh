@@ -11,12 +11,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 stage="${TMPDIR:-/tmp}/serve8-sweep"
 out="${OUT:-$stage/out}/sweep"
-rm -rf "$stage" && mkdir -p "$stage" "$out"
-tar -C "$stage" -xJf "$root/.carry/gpu/gpu.tar.xz"
-libpath="$stage/lib:/usr/local/cuda/lib64"
-lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
-[[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
-export LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source "$root/bench/attention/gpu_pack.sh"
+unpack_gpu_pack "$stage"
+mkdir -p "$out"
 SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
 export SERVE8_GIT_HASH
 for setting in ${SWEEP:-default}; do

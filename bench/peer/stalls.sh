@@ -11,9 +11,9 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-/tmp/serve8-stalls}/stalls"
 stage=/tmp/serve8-stalls-stage
-rm -rf "$stage" && mkdir -p "$stage" "$out"
-tar -C "$stage" -xJf "$root/.carry/gpu/gpu.tar.xz"
-libpath="$stage/lib:/usr/local/cuda/lib64"
+source "$root/bench/attention/gpu_pack.sh"
+unpack_gpu_pack "$stage"
+mkdir -p "$out"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 label="${STALL_LABEL:?STALL_LABEL: one bench_attention label}"
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
@@ -24,7 +24,7 @@ for setting in ${STALL_ENV:-default}; do
   env_args=()
   [[ "$setting" != default ]] && IFS=',' read -ra env_args <<<"$setting"
   echo "$setting" >"$out/ours_$i.setting"
-  env "${env_args[@]}" LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$ncu" --clock-control none \
+  env "${env_args[@]}" "$ncu" --clock-control none \
     "${sections[@]}" --kernel-name regex:attention_decode --launch-skip 1 --launch-count 1 --csv --page details \
     "$stage/bin/bench_attention" --filter "$label" --reps 1 --out "$out/ours_$i.json" >"$out/ours_$i.csv" 2>&1
   echo "ours $setting: rc=$?"
