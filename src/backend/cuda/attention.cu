@@ -39,7 +39,7 @@ int decode_heads_per_block(DType kv_dtype, DecodeKernel kernel, int num_seqs, in
 }
 
 bool attention_fast_path(int head_dim, int group) {
-  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= 8;
+  return (head_dim == 64 || head_dim == 128) && group >= 1 && group <= kAttentionMaxGroup;
 }
 
 bool attention_generic_path(int head_dim, int group) {

@@ -67,6 +67,9 @@ struct AttentionParams {
 };
 
 constexpr int kDecodeMaxSplits = 128;
+// The largest GQA group (query heads per KV head) of the fast decode and prefill kernels: decode
+// blocks keep per-head rows and scratch for this many.
+constexpr int kAttentionMaxGroup = 8;
 // Split-KV: the stream kernel gets the fewest splits that keep its resident blocks busy
 // (decode_splits.h); a sequence uses as many of them as decode_split_rule and its length give.
 // The comparison kernels launch kDecodeBlocksPerSm blocks per SM. SERVE8_CUDA_DECODE_BLOCKS_PER_SM

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(128, 3) attention_decode_mma_kernel(const Atte
   constexpr int kBc = kPrefillKvTile;  // 64 tokens, 16 per warp
   constexpr int kStride = kD + 8;
   constexpr int kChunks = kBc * kD / 8 / 128;
-  constexpr int kMaxGroup = 8;
+  constexpr int kMaxGroup = kAttentionMaxGroup;
   __shared__ __align__(16) uint16_t s_k[kBc * kStride];
   __shared__ __align__(16) uint16_t s_v[kBc * kStride];
   __shared__ int s_slot[kBc];

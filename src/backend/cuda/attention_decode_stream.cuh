@@ -138,7 +138,7 @@ template <int kD, int kHeads>
 __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
                                                            unsigned char* smem) {
   constexpr int kW = kDecodeMaxSplits + 1;  // weights of a query head, then its output scale
-  constexpr int kMaxGroup = 8;              // query heads per KV head, as in the kernel
+  constexpr int kMaxGroup = kAttentionMaxGroup;
   float* s_w = reinterpret_cast<float*>(smem);
   int* s_last = reinterpret_cast<int*>(smem) + kHeads * kMaxGroup * kW;
   __threadfence();  // this block's partials are visible device-wide before it is counted
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   using L = DecodeStream<kKv, kD, kHeadsPerBlock>;
   constexpr int kHeads = L::kHeads;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
-  constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = 8;
+  constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = kAttentionMaxGroup;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
   static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
