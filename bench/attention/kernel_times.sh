@@ -28,11 +28,11 @@ for setting in ${KT_ENV:-default}; do
     i=$((i + 1))
     echo "$setting" >"$out/run_$i.setting"
     echo "$l" >"$out/run_$i.label"
-    env "${env_args[@]}" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+    with_pack_libs env "${env_args[@]}" "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum \
       --kernel-name regex:attention_decode --csv --page raw "$stage/bin/bench_attention" --filter "$l" \
       --reps "${KT_REPS:-10}" --out "$out/run_$i.json" >"$out/run_$i.csv" 2>"$out/run_$i.err" ||
       echo "kernel_times: run $i ($setting, $l) failed" >&2
-    env "${env_args[@]}" "$stage/bin/bench_attention" --filter "$l" --reps "${KT_REPS:-10}" \
+    with_pack_libs env "${env_args[@]}" "$stage/bin/bench_attention" --filter "$l" --reps "${KT_REPS:-10}" \
       --out "$out/run_$i.plain.json" >"$out/run_$i.plain.txt" 2>&1 || echo "kernel_times: plain run $i failed" >&2
   done
 done

@@ -14,13 +14,11 @@ out="${OUT:-$stage/out}/sweep"
 source "$root/bench/attention/gpu_pack.sh"
 unpack_gpu_pack "$stage"
 mkdir -p "$out"
-SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
-export SERVE8_GIT_HASH
 for setting in ${SWEEP:-default}; do
   name=${setting//[^A-Za-z0-9_=]/_}
   env_args=()
   [[ "$setting" != default ]] && IFS=',' read -ra env_args <<<"$setting"
-  env "${env_args[@]}" "$stage/bin/bench_attention" --out "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 ||
+  with_pack_libs env "${env_args[@]}" "$stage/bin/bench_attention" --out "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 ||
     echo "sweep: $setting failed (rc $?)" | tee -a "$out/$name.txt"
   echo "== $setting"; grep -E "decode|prefill|extend" "$out/$name.txt" | head -200
 done

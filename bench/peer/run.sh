@@ -153,25 +153,17 @@ jit() {
   du -sh "$base/.cache/flashinfer" 2>/dev/null | tee -a "$W/summary.txt"
 }
 
-# Unpacks scripts/gpu_test.sh's pack into $stage and sets libpath for its binaries.
+# Unpacks scripts/gpu_test.sh's pack into $stage (bench/attention/gpu_pack.sh: libpath, with_pack_libs).
+source "$root/bench/attention/gpu_pack.sh"
 stage=/tmp/serve8-gpu
 unpack_ours() {
-  local packed="$root/.carry/gpu/gpu.tar.xz" lt
-  [[ -f "$packed" ]] || { log "ours: no $packed (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
-  rm -rf "$stage" && mkdir -p "$stage" && tar -C "$stage" -xJf "$packed"  # always: a warm machine may hold an older pack
-  libpath="$stage/lib:/usr/local/cuda/lib64"
-  if ! LD_LIBRARY_PATH="$libpath" ldd "$stage/bin/bench_attention" | grep -q 'libcublasLt.so.* => /'; then
-    lt="$(find /usr/local /opt /usr/lib -name 'libcublasLt.so.13*' 2>/dev/null | head -1 || true)"
-    [[ -n "$lt" ]] && libpath="$libpath:$(dirname "$lt")"
-  fi
-  export SERVE8_GIT_HASH="$(head -1 "$stage/GIT_HASH" 2>/dev/null || echo unknown)"
+  unpack_gpu_pack "$stage" || { log "ours: the gpu pack did not unpack (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
 }
 
 ours() {
   [[ -f "$W/attention_bench.json" ]] && { log "ours: done before"; return 0; }
   unpack_ours || return 1
-  LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    timeout "$(tl 5)" "$stage/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
+  with_pack_libs timeout "$(tl 5)" "$stage/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
     >"$W/attention_bench.txt" 2>&1
   local rc=$?
   [[ -f "$W/attention_bench.json.tmp" ]] && mv "$W/attention_bench.json.tmp" "$W/attention_bench.json"
@@ -220,7 +212,7 @@ profile() {
   for f in "${fs[@]}"; do
     i=$((i + 1))
     echo "$f" >"$W/profile/label_$i.txt"
-    [[ "$sides" == *" ours "* ]] && LD_LIBRARY_PATH="$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} \
+    [[ "$sides" == *" ours "* ]] && with_pack_libs timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} \
       --metrics "$metrics" --kernel-name "regex:attention_decode|attention_merge" -f -o "$W/profile/ours_$i" \
       "$stage/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
     [[ "$sides" == *" fi "* ]] && timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} --metrics "$metrics" \

@@ -24,7 +24,7 @@ for setting in ${STALL_ENV:-default}; do
   env_args=()
   [[ "$setting" != default ]] && IFS=',' read -ra env_args <<<"$setting"
   echo "$setting" >"$out/ours_$i.setting"
-  env "${env_args[@]}" "$ncu" --clock-control none \
+  with_pack_libs env "${env_args[@]}" "$ncu" --clock-control none \
     "${sections[@]}" --kernel-name regex:attention_decode --launch-skip 1 --launch-count 1 --csv --page details \
     "$stage/bin/bench_attention" --filter "$label" --reps 1 --out "$out/ours_$i.json" >"$out/ours_$i.csv" 2>&1
   echo "ours $setting: rc=$?"
