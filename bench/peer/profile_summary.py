@@ -39,8 +39,16 @@ TIME = {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "ns": 1, "us": 1e3, "ms": 
 def kernels(ncu, rep):
     """The report's kernels in launch order: name and the METRICS (bytes in bytes, time in ns)."""
     out = subprocess.run([ncu, "--import", rep, "--csv", "--page", "raw"], capture_output=True, text=True, check=True)
-    rows = list(csv.reader(io.StringIO(out.stdout)))
-    start = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+    return parse_raw_csv(out.stdout)
+
+
+def parse_raw_csv(text):
+    """Kernels of `ncu --csv --page raw` output (as kernels()). An application's own output may come
+    first; no line of it starts with a quote, and every line of ncu's table does."""
+    rows = list(csv.reader(io.StringIO("\n".join(l for l in text.splitlines() if l.startswith('"')))))
+    start = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if start is None:
+        return []
     head, units, data = rows[start], rows[start + 1], rows[start + 2:]
     res = []
     for r in data:
@@ -68,17 +76,22 @@ def variant(name):
     return None  # a merge kernel: belongs to the launch before it
 
 
-def launches(ks):
-    """{variant: [kernels of its last launch]}"""
-    last, cur = {}, None
+def all_launches(ks):
+    """{variant: [[kernels of a launch], ...]} in launch order."""
+    by_variant, cur = {}, None
     for k in ks:
         v = variant(k["name"])
         if v is not None:
             cur = [k]
-            last[v] = cur
+            by_variant.setdefault(v, []).append(cur)
         elif cur is not None:
             cur.append(k)
-    return last
+    return by_variant
+
+
+def launches(ks):
+    """{variant: [kernels of its last launch]}"""
+    return {v: calls[-1] for v, calls in all_launches(ks).items()}
 
 
 def short(name):
