@@ -10,7 +10,7 @@
 // page-size-1 pool, a 128-byte K row per FP8 KV head per token) or a sequence's slots in order
 // (a fresh pool's allocation).
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
-// several). SERVE8_CUDA_DECODE* variables (cuda_backend.cpp) pick the decode kernel and its splits.
+// several).
 //
 // Grid (issue #4): Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
 // batch 1/16/64/256 over contexts 512..32768; prefill (q = kv) and extend (512 new tokens over a
@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -128,27 +129,29 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
   }
 }
 
-// The batch: `batch` sequences of ctx tokens, the last q_len of them new; slots shuffled over the
-// pool (page size 1, as the engine allocates them) or, with `contiguous`, in order.
+// The batch: `batch` sequences of ctx tokens, the last q_len of them new, sequence b on table row b
+// (a fresh row: the batch carries all its slots); slots shuffled over the pool (page size 1, as the
+// engine allocates them) or, with `contiguous`, in order.
 ForwardBatch make_batch(const Shape& sh, std::mt19937_64& gen, bool contiguous) {
   const int64_t tokens = int64_t{sh.batch} * sh.ctx;
   std::vector<int32_t> perm(static_cast<size_t>(tokens));
   std::iota(perm.begin(), perm.end(), 1);
   if (!contiguous) std::shuffle(perm.begin(), perm.end(), gen);
   ForwardBatch fb;
-  fb.qo_indptr = fb.kv_indptr = {0};
+  const std::vector<int32_t> new_tokens(static_cast<size_t>(sh.q_len), 1);
   for (int b = 0; b < sh.batch; ++b) {
-    const auto first = perm.begin() + int64_t{b} * sh.ctx;
-    for (int i = sh.ctx - sh.q_len; i < sh.ctx; ++i) {
-      fb.tokens.push_back(1);
-      fb.positions.push_back(i);
-      fb.out_slots.push_back(first[i]);
-    }
-    fb.kv_indices.insert(fb.kv_indices.end(), first, first + sh.ctx);
-    fb.qo_indptr.push_back(fb.qo_indptr.back() + sh.q_len);
-    fb.kv_indptr.push_back(fb.kv_indptr.back() + sh.ctx);
+    fb.add_sequence(b, sh.ctx, new_tokens,
+                    std::span<const int32_t>(perm.data() + int64_t{b} * sh.ctx, static_cast<size_t>(sh.ctx)));
   }
   return fb;
+}
+
+// The pool and table of one case: one row per sequence, rows of ctx slots.
+KvCacheConfig case_kv_config(const Heads& h, const Shape& sh, DType dt) {
+  KvCacheConfig c{1, h.hkv, h.d, dt, int64_t{sh.batch} * sh.ctx + 1};
+  c.max_requests = sh.batch;
+  c.max_context_len = sh.ctx;
+  return c;
 }
 
 struct CheckResult {
@@ -157,39 +160,39 @@ struct CheckResult {
 };
 
 // Recomputes the last `rows` query rows of sequence b on the CPU backend from the same KV bytes
-// (gathered on the device, one copy), and compares with the GPU's output.
-CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const ForwardBatch& fb, int b,
+// (gathered on the device by the slots of the uploaded batch's kv_indices, as the backend read them
+// from its table; one copy), and compares with the GPU's output.
+CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const DeviceBatch& db, int b,
                            const KvLayer& layer, const KvScales& scales, DType kv, const std::vector<uint16_t>& q_host,
                            const Tensor& out, int rows) {
+  const ForwardBatch& fb = *db.host;
   const int kv0 = fb.kv_indptr[static_cast<size_t>(b)], kv_len = fb.kv_indptr[static_cast<size_t>(b) + 1] - kv0;
   const int q0 = fb.qo_indptr[static_cast<size_t>(b)], q_len = fb.qo_indptr[static_cast<size_t>(b) + 1] - q0;
   rows = std::min(rows, q_len);
   const size_t row_bytes = static_cast<size_t>(h.hkv) * h.d * dtype_size(kv);
   // Gather the sequence's K and V rows into contiguous device buffers.
-  Buffer idx(gpu, static_cast<size_t>(kv_len) * 4), kbuf(gpu, kv_len * row_bytes), vbuf(gpu, kv_len * row_bytes);
-  gpu.copy_to_device(idx.data(), fb.kv_indices.data() + kv0, static_cast<size_t>(kv_len) * 4);
-  const Tensor tidx = idx.view(DType::kI32, {kv_len});
+  Buffer kbuf(gpu, kv_len * row_bytes), vbuf(gpu, kv_len * row_bytes);
+  const Tensor tidx(static_cast<int32_t*>(db.kv_indices.data) + kv0, DType::kI32, {kv_len});
   const int64_t width = static_cast<int64_t>(row_bytes / dtype_size(kv));
   gpu.gather_rows(layer.k.reshape({layer.k.dim(0), width}), tidx, kbuf.view(kv, {kv_len, width}));
   gpu.gather_rows(layer.v.reshape({layer.v.dim(0), width}), tidx, vbuf.view(kv, {kv_len, width}));
-  auto cache = cpu.create_kv_cache({1, h.hkv, h.d, kv, kv_len + 1}, scales);
+  KvCacheConfig cc{1, h.hkv, h.d, kv, kv_len + 1};
+  cc.max_requests = 1;
+  cc.max_context_len = kv_len;
+  auto cache = cpu.create_kv_cache(cc, scales);
   const KvLayer cl = cache->layer(0);
   gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
   gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
+  // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
+  std::vector<int32_t> slots(static_cast<size_t>(kv_len));
+  std::iota(slots.begin(), slots.end(), 1);
   ForwardBatch cb;
-  cb.qo_indptr = {0, rows};
-  cb.kv_indptr = {0, kv_len};  // the last `rows` queries: causal over the whole sequence
-  for (int i = 0; i < cb.kv_indptr[1]; ++i) cb.kv_indices.push_back(i + 1);
-  for (int i = 0; i < rows; ++i) {
-    cb.tokens.push_back(1);
-    cb.positions.push_back(cb.kv_indptr[1] - rows + i);
-    cb.out_slots.push_back(cb.kv_indptr[1] - rows + i + 1);
-  }
+  cb.add_sequence(0, kv_len, std::vector<int32_t>(static_cast<size_t>(rows), 1), slots);
   const int64_t row_elems = int64_t{h.hq} * h.d;
   const int64_t first_row = q0 + q_len - rows;
   std::vector<float> q(static_cast<size_t>(rows * row_elems)), ref(q.size());
   for (size_t i = 0; i < q.size(); ++i) q[i] = bf16_to_f32(q_host[static_cast<size_t>(first_row * row_elems) + i]);
-  const DeviceBatch cdb = cpu.upload_batch(cb);
+  const DeviceBatch cdb = cpu.upload_batch(cb, *cache);
   cpu.attention(Tensor(q.data(), DType::kF32, {rows, h.hq, h.d}), cl, cdb, 1.0f / std::sqrt(float(h.d)),
                 Tensor(ref.data(), DType::kF32, {rows, h.hq, h.d}));
   std::vector<uint16_t> got(q.size());
@@ -294,6 +297,13 @@ int run(int argc, char** argv) {
   std::printf("\n%-26s %-8s %-22s %-9s %9s %9s %7s %9s %10s %8s %8s\n", "heads", "kind", "shape", "kv", "ms", "GB/s",
               "%copy", "TFLOP/s", "check err", "%stream", "%gather");
   for (const Heads& h : heads) {
+    // The largest step of the grid, in this head geometry (attention is planned at upload for it).
+    StepLimits limits{0, 0, h.hq, h.hkv, h.d};
+    for (const Shape& sh : shapes) {
+      limits.max_tokens = std::max(limits.max_tokens, sh.batch * sh.q_len);
+      limits.max_seqs = std::max(limits.max_seqs, sh.batch);
+    }
+    be.reserve_steps(limits);
     for (const Shape& sh : shapes) {
       const int64_t tokens = int64_t{sh.batch} * sh.ctx;
       const double kv_bf16 = static_cast<double>(tokens) * h.hkv * h.d * 2 * 2;
@@ -340,11 +350,11 @@ int run(int argc, char** argv) {
             scales.v[static_cast<size_t>(i)] = 1.5f - 0.05f * static_cast<float>(i % 16);
           }
         }
-        auto cache = be.create_kv_cache({1, h.hkv, h.d, dt, tokens + 1}, scales);
+        auto cache = be.create_kv_cache(case_kv_config(h, sh, dt), scales);
         const KvLayer l = cache->layer(0);
         fill_random(be, s, l.k.data, l.k.nbytes(), dt, gen);
         fill_random(be, s, l.v.data, l.v.nbytes(), dt, gen);
-        const DeviceBatch db = be.upload_batch(fb);
+        const DeviceBatch db = be.upload_batch(fb, *cache);
         const Tensor tq = q.view(DType::kBF16, {t, h.hq, h.d}), to = out.view(DType::kBF16, {t, h.hq, h.d});
         const float scale = 1.0f / std::sqrt(static_cast<float>(h.d));
         const double ms = time_cold_ms(s, reps, cold, [&] { be.attention(tq, l, db, scale, to); });
@@ -355,7 +365,7 @@ int run(int argc, char** argv) {
         // Check the first and the last sequence (their last 16 query rows) on the CPU.
         CheckResult worst;
         for (int b : {0, sh.batch - 1}) {
-          const CheckResult c = check_sequence(be, *cpu, h, fb, b, l, scales, dt, q_host, to, 16);
+          const CheckResult c = check_sequence(be, *cpu, h, db, b, l, scales, dt, q_host, to, 16);
           if (c.max_abs_err >= worst.max_abs_err) worst = c;
         }
         const bool ok = worst.max_abs_err <= 1e-2 * std::max(1.0, worst.max_ref);

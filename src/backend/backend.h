@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,21 +26,34 @@ namespace serve8 {
 // after this step, of which the last q_len = qo_indptr[b+1] - qo_indptr[b] are new in this step
 // (prefill/extend: q_len >= 1 over a cached prefix of kv_len - q_len tokens; decode: q_len == 1).
 // New token i of sequence b attends causally to KV positions [0, kv_len - q_len + i].
+//
+// A sequence's pool slots live in its row of the KV cache's request -> slot table (req_rows[b]),
+// on the device. The batch carries only what the table does not hold yet: the slots of the
+// sequence's last n_b = new_slot_indptr[b+1] - new_slot_indptr[b] positions (n_b >= q_len: the new
+// tokens' own slots, plus a prefix found in the radix cache when the row is new). So host work per
+// decode step grows with the batch, not with the context.
 struct ForwardBatch {
-  std::vector<int32_t> tokens;      // [T] token ids of the new tokens
-  std::vector<int32_t> positions;   // [T] their positions (RoPE)
-  std::vector<int32_t> out_slots;   // [T] the pool slot each new token's K/V is written to
-  std::vector<int32_t> qo_indptr;   // [B+1]
-  std::vector<int32_t> kv_indptr;   // [B+1]
-  std::vector<int32_t> kv_indices;  // [kv_indptr[B]] pool slots of each sequence, in position order
+  std::vector<int32_t> tokens;           // [T] token ids of the new tokens
+  std::vector<int32_t> positions;        // [T] their positions (RoPE)
+  std::vector<int32_t> qo_indptr;        // [B+1]
+  std::vector<int32_t> kv_indptr;        // [B+1]
+  std::vector<int32_t> req_rows;         // [B] rows of the request -> slot table
+  std::vector<int32_t> new_slot_indptr;  // [B+1]
+  std::vector<int32_t> new_slots;        // slots of positions [kv_len - n_b, kv_len) of each sequence
   int num_seqs() const { return qo_indptr.empty() ? 0 : static_cast<int>(qo_indptr.size()) - 1; }
   int num_tokens() const { return static_cast<int>(tokens.size()); }
-  // Throws serve8::Error if the arrays disagree (sizes, monotone indptrs, q_len <= kv_len).
+  void clear();
+  // Appends a sequence on table row `row` that has kv_len tokens after this step: `tokens` are its
+  // new ones (positions kv_len - tokens.size() on), `slots` the slots of its last slots.size()
+  // positions, which the table does not hold yet (at least one per new token).
+  void add_sequence(int32_t row, int kv_len, std::span<const int32_t> tokens, std::span<const int32_t> slots);
+  // Throws serve8::Error if the arrays disagree (sizes, monotone indptrs, q_len <= n_b <= kv_len).
   void validate() const;
 };
 
-// A ForwardBatch copied into backend memory. Pointers are device pointers on CUDA and point into
-// the ForwardBatch itself on the CPU. `host` stays valid for the duration of the step.
+// A ForwardBatch in backend memory. Pointers are device pointers on CUDA. kv_indices is the
+// CSR view of every sequence's slots (kv_indptr), read from the table after this step's new slots
+// were written to it; out_slots are the new tokens' slots. Valid until the next upload_batch.
 struct DeviceBatch {
   const ForwardBatch* host = nullptr;
   Tensor tokens, positions, out_slots, qo_indptr, kv_indptr, kv_indices;  // int32
@@ -50,6 +64,16 @@ struct DeviceBatch {
   int max_kv_len = 0;
 };
 
+// The most a step may carry, fixed at start-up: buffers the steps use are sized from it once, so a
+// step allocates nothing and a captured CUDA graph's buffers never move.
+struct StepLimits {
+  int max_tokens = 0;  // new tokens in a step
+  int max_seqs = 0;    // sequences in a step
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
 // KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
 // fp8_e5m2, fp8_e4m3.
 struct KvCacheConfig {
@@ -58,6 +82,11 @@ struct KvCacheConfig {
   int head_dim = 0;
   DType dtype = DType::kBF16;
   int64_t num_slots = 0;  // slot 0 is reserved by the allocator (kv/), but has storage
+  // The request -> slot table: rows for this many requests at once, each up to max_context_len
+  // slots; one more row (padding_row()) serves the padded rows of CUDA-graph steps.
+  int max_requests = 64;
+  int max_context_len = 4096;
+  int padding_row() const { return max_requests; }
   size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * head_dim * dtype_size(dtype); }
 };
 
@@ -73,18 +102,26 @@ struct KvScales {
 // scale per layer and KV head. Both backends' KV caches check their arguments with it.
 void check_kv_cache_args(const KvCacheConfig& config, const KvScales& scales);
 
+// Throws serve8::Error unless the batch's table rows, lengths and new slots fit the KV cache
+// (upload_batch of both backends checks with it).
+void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
+
 // One layer's slice of the pool, as the kernels see it.
 struct KvLayer {
   Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
 };
 
-// The KV pool's storage: one buffer per layer for K and for V, owned by the backend.
+// The KV pool's storage (one buffer per layer for K and for V) and the request -> slot table,
+// owned by the backend.
 class KvCache {
  public:
   virtual ~KvCache() = default;
   virtual const KvCacheConfig& config() const = 0;
   virtual KvLayer layer(int i) const = 0;
+  // [max_requests + 1, max_context_len] int32: row r's first entries are request r's slots in
+  // position order (written by upload_batch from the batches' new slots).
+  virtual Tensor req_to_token() const = 0;
   // Replaces the scales (E4M3 calibration); sizes as KvScales.
   virtual void set_scales(const KvScales& scales) = 0;
 };
@@ -148,8 +185,14 @@ class Backend {
   virtual size_t total_memory() const { return 0; }
 
   virtual std::unique_ptr<KvCache> create_kv_cache(const KvCacheConfig& config, const KvScales& scales) = 0;
-  // Copies the batch into backend memory (fixed buffers on CUDA, so a captured graph replays it).
-  virtual DeviceBatch upload_batch(const ForwardBatch& batch) = 0;
+  // Sizes what steps use (batch buffers, attention workspaces) for steps within `limits`; call at
+  // start-up, before the first upload_batch (the model does, when it is made). May wait for the
+  // device; later calls only grow.
+  virtual void reserve_steps(const StepLimits& limits) = 0;
+  // Writes the batch's new slots into kv's request -> slot table and copies the batch into backend
+  // memory (fixed buffers on CUDA, so a captured graph replays it). Throws if it exceeds the
+  // limits given to reserve_steps or kv's table.
+  virtual DeviceBatch upload_batch(const ForwardBatch& batch, KvCache& kv) = 0;
 
   // ---- ops; shapes in brackets, T = tokens in the step, B = sequences ----
   // out[t] = table[ids[t]]; table [V, H], out [T, H].

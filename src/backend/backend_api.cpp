@@ -5,22 +5,68 @@
 
 namespace serve8 {
 
+void ForwardBatch::clear() {
+  tokens.clear();
+  positions.clear();
+  req_rows.clear();
+  new_slots.clear();
+  qo_indptr.assign(1, 0);
+  kv_indptr.assign(1, 0);
+  new_slot_indptr.assign(1, 0);
+}
+
+void ForwardBatch::add_sequence(int32_t row, int kv_len, std::span<const int32_t> new_tokens,
+                                std::span<const int32_t> slots) {
+  if (qo_indptr.empty()) clear();
+  const int q = static_cast<int>(new_tokens.size());
+  for (int i = 0; i < q; ++i) {
+    tokens.push_back(new_tokens[static_cast<size_t>(i)]);
+    positions.push_back(kv_len - q + i);
+  }
+  req_rows.push_back(row);
+  new_slots.insert(new_slots.end(), slots.begin(), slots.end());
+  qo_indptr.push_back(qo_indptr.back() + q);
+  kv_indptr.push_back(kv_indptr.back() + kv_len);
+  new_slot_indptr.push_back(static_cast<int32_t>(new_slots.size()));
+}
+
 void ForwardBatch::validate() const {
   const size_t t = tokens.size();
-  SERVE8_CHECK(positions.size() == t && out_slots.size() == t,
-               "forward batch: {} tokens but {} positions and {} out_slots", t, positions.size(), out_slots.size());
-  SERVE8_CHECK(!qo_indptr.empty() && qo_indptr.size() == kv_indptr.size(),
-               "forward batch: qo_indptr has {} entries, kv_indptr {}", qo_indptr.size(), kv_indptr.size());
-  SERVE8_CHECK(qo_indptr.front() == 0 && kv_indptr.front() == 0, "forward batch: indptrs must start at 0");
+  SERVE8_CHECK(positions.size() == t, "forward batch: {} tokens but {} positions", t, positions.size());
+  SERVE8_CHECK(!qo_indptr.empty() && qo_indptr.size() == kv_indptr.size() &&
+                   new_slot_indptr.size() == qo_indptr.size() && req_rows.size() + 1 == qo_indptr.size(),
+               "forward batch: qo_indptr has {} entries, kv_indptr {}, new_slot_indptr {}, req_rows {}",
+               qo_indptr.size(), kv_indptr.size(), new_slot_indptr.size(), req_rows.size());
+  SERVE8_CHECK(qo_indptr.front() == 0 && kv_indptr.front() == 0 && new_slot_indptr.front() == 0,
+               "forward batch: indptrs must start at 0");
   SERVE8_CHECK(static_cast<size_t>(qo_indptr.back()) == t, "forward batch: qo_indptr ends at {}, expected {}",
                qo_indptr.back(), t);
-  SERVE8_CHECK(static_cast<size_t>(kv_indptr.back()) == kv_indices.size(),
-               "forward batch: kv_indptr ends at {}, but there are {} kv_indices", kv_indptr.back(), kv_indices.size());
+  SERVE8_CHECK(static_cast<size_t>(new_slot_indptr.back()) == new_slots.size(),
+               "forward batch: new_slot_indptr ends at {}, but there are {} new slots", new_slot_indptr.back(),
+               new_slots.size());
   for (int b = 0; b < num_seqs(); ++b) {
     const int q = qo_indptr[b + 1] - qo_indptr[b];
     const int kv = kv_indptr[b + 1] - kv_indptr[b];
-    SERVE8_CHECK(q >= 1 && kv >= q, "forward batch: sequence {} has {} new tokens and {} kv tokens", b, q, kv);
+    const int n = new_slot_indptr[b + 1] - new_slot_indptr[b];
+    SERVE8_CHECK(q >= 1 && n >= q && kv >= n,
+                 "forward batch: sequence {} has {} new tokens, {} new slots and {} kv tokens", b, q, n, kv);
   }
+}
+
+void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& c) {
+  const int b_count = batch.num_seqs();
+  for (int b = 0; b < b_count; ++b) {
+    const int32_t row = batch.req_rows[static_cast<size_t>(b)];
+    const int kv = batch.kv_indptr[static_cast<size_t>(b) + 1] - batch.kv_indptr[static_cast<size_t>(b)];
+    SERVE8_CHECK(row >= 0 && row <= c.padding_row(), "forward batch: table row {} is outside the table's {} rows",
+                 row, c.padding_row() + 1);
+    SERVE8_CHECK(kv <= c.max_context_len, "forward batch: sequence {} has {} kv tokens, over the table's {} a row", b,
+                 kv, c.max_context_len);
+  }
+  // The kernels index the pool without bounds checks: every slot is checked once, when it enters
+  // the table.
+  for (int32_t s : batch.new_slots)
+    SERVE8_CHECK(s >= 0 && s < c.num_slots, "forward batch: slot {} is outside the pool's {} slots", s, c.num_slots);
 }
 
 KvScales KvScales::ones(int num_layers, int num_kv_heads) {

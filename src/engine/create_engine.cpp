@@ -31,14 +31,17 @@ DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   return t;
 }
 
-int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_per_token) {
+// reserved: device bytes the KV cache takes beside the pool (its request table, and the batch's
+// copy of the table's rows that a step reads).
+int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_per_token, size_t reserved) {
   if (args.max_total_tokens > 0) return args.max_total_tokens + 1;  // + the reserved slot 0
   const size_t total = backend.total_memory();
   const size_t free = backend.free_memory();
   if (backend.name() != "cpu" && total > 0) {
     // --mem-fraction-static of the device is for weights, activations and the pool together; the
     // first two are already allocated, so the pool takes what is left of the fraction.
-    const double budget = args.mem_fraction_static * static_cast<double>(total) - static_cast<double>(total - free);
+    const double budget = args.mem_fraction_static * static_cast<double>(total) - static_cast<double>(total - free) -
+                          static_cast<double>(reserved);
     SERVE8_CHECK(budget > static_cast<double>(bytes_per_token) * 16,
                  "--mem-fraction-static {} leaves no room for the KV pool: {:.2f} GiB in use of {:.2f} GiB",
                  args.mem_fraction_static, static_cast<double>(total - free) / (1 << 30),
@@ -111,7 +114,11 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   kc.num_kv_heads = mc.num_kv_heads;
   kc.head_dim = mc.head_dim;
   kc.dtype = resolve_kv_dtype(args.kv_cache_dtype, *backend);
-  kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token());
+  kc.max_requests = sc.max_running_requests;
+  kc.max_context_len = sc.context_length;
+  const size_t table_bytes =
+      static_cast<size_t>(kc.max_requests + 1) * static_cast<size_t>(kc.max_context_len) * sizeof(int32_t);
+  kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token(), 2 * table_bytes);
   const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
   std::unique_ptr<KvCache> kv = backend->create_kv_cache(kc, scales);
   spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}", kc.num_slots - 1,

@@ -7,6 +7,11 @@
 namespace serve8 {
 
 std::vector<int32_t> first_slots(int n, int capacity, const KvCache& kv) {
+  const KvCacheConfig& c = kv.config();
+  SERVE8_CHECK(n <= c.max_requests && capacity <= c.max_context_len,
+               "{} sequences of {} tokens do not fit the KV cache's request table ({} rows of {} tokens: raise "
+               "--max-running-requests or --context-length)",
+               n, capacity, c.max_requests, c.max_context_len);
   const int64_t need = 1 + int64_t{n} * capacity;
   SERVE8_CHECK(need <= kv.config().num_slots,
                "{} sequences of {} tokens need {} KV slots, the pool has {} (raise --max-total-tokens or "
@@ -17,17 +22,10 @@ std::vector<int32_t> first_slots(int n, int capacity, const KvCache& kv) {
   return first;
 }
 
-void append_row(ForwardBatch& b, int32_t first_slot, int start, std::span<const int32_t> tokens) {
-  if (b.qo_indptr.empty()) b.qo_indptr.assign(1, 0), b.kv_indptr.assign(1, 0);
-  const int n = static_cast<int>(tokens.size());
-  for (int i = 0; i < n; ++i) {
-    b.tokens.push_back(tokens[static_cast<size_t>(i)]);
-    b.positions.push_back(start + i);
-    b.out_slots.push_back(first_slot + start + i);
-  }
-  for (int p = 0; p < start + n; ++p) b.kv_indices.push_back(first_slot + p);
-  b.qo_indptr.push_back(b.qo_indptr.back() + n);
-  b.kv_indptr.push_back(b.kv_indptr.back() + start + n);
+void append_row(ForwardBatch& b, int32_t row, int32_t first_slot, int start, std::span<const int32_t> tokens) {
+  std::vector<int32_t> slots(tokens.size());
+  for (size_t i = 0; i < slots.size(); ++i) slots[i] = first_slot + start + static_cast<int32_t>(i);
+  b.add_sequence(row, start + static_cast<int>(tokens.size()), tokens, slots);
 }
 
 std::vector<std::vector<float>> prefill(LlamaModel& model, KvCache& kv,
@@ -48,7 +46,7 @@ std::vector<std::vector<float>> prefill(LlamaModel& model, KvCache& kv,
       const auto& p = prompts[s];
       const int take = std::min<int>(left, static_cast<int>(p.size()) - done[s]);
       if (take <= 0) continue;
-      append_row(b, first_slot[s], done[s],
+      append_row(b, static_cast<int32_t>(s), first_slot[s], done[s],
                  std::span<const int32_t>(p).subspan(static_cast<size_t>(done[s]), static_cast<size_t>(take)));
       done[s] += take;
       left -= take;
@@ -75,8 +73,9 @@ std::vector<std::vector<float>> prefill(LlamaModel& model, KvCache& kv,
 
 Tensor decode_step(LlamaModel& model, KvCache& kv, ForwardBatch& scratch, const std::vector<int32_t>& tokens,
                    const std::vector<int32_t>& positions, const std::vector<int32_t>& first_slot) {
-  scratch = ForwardBatch{};
-  for (size_t i = 0; i < tokens.size(); ++i) append_row(scratch, first_slot[i], positions[i], std::span(&tokens[i], 1));
+  scratch.clear();
+  for (size_t i = 0; i < tokens.size(); ++i)
+    append_row(scratch, static_cast<int32_t>(i), first_slot[i], positions[i], std::span(&tokens[i], 1));
   return model.forward(scratch, kv);
 }
 

@@ -1,6 +1,9 @@
 // Steps built by hand for the tools that drive a model without the scheduler (bench-one-batch,
-// dump-logits), as SGLang's bench_one_batch does: a fixed set of sequences, sequence i owning the
-// slots from first_slot[i] on, one slot per position.
+// dump-logits, calibrate, eval kld), as SGLang's bench_one_batch does: a fixed set of sequences,
+// sequence i on row i of the request -> slot table, owning the slots from first_slot[i] on, one
+// slot per position. The scheduler cannot serve them: they need every row in the same step at a
+// chosen length (a static batch), where the scheduler admits, chunks and finishes on its own.
+// Each step sends only its new slots, as the scheduler's do.
 #pragma once
 
 #include <span>
@@ -12,11 +15,12 @@
 namespace serve8 {
 
 // Slot ranges of `n` sequences of up to `capacity` tokens each after the reserved slot 0; throws
-// when the pool is too small.
+// when the pool or the request table is too small.
 std::vector<int32_t> first_slots(int n, int capacity, const KvCache& kv);
 
-// Appends a row that adds `tokens` to a sequence that already has `start` tokens in the pool.
-void append_row(ForwardBatch& b, int32_t first_slot, int start, std::span<const int32_t> tokens);
+// Appends a row that adds `tokens` to the sequence on table row `row`, which already has `start`
+// tokens in the pool.
+void append_row(ForwardBatch& b, int32_t row, int32_t first_slot, int start, std::span<const int32_t> tokens);
 
 // Runs the prompts through the model in steps of at most `budget` tokens and `max_rows` rows
 // (long prompts are chunked). With want_logits, returns the fp32 logits of each prompt's last

@@ -49,6 +49,7 @@ struct Request {
   int prefix_len = 0;           // leading slots owned by the radix cache (locked through `node`)
   int cached_tokens = 0;        // prompt tokens served from the radix cache (first admission)
   RadixCache::NodeHandle node;  // radix node locked by this request (the root: none)
+  int table_row = -1;           // row of the KV cache's request -> slot table while admitted
   bool admitted_before = false;
   FinishReason finish = FinishReason::kNone;
   std::string matched_stop;

@@ -30,6 +30,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& 
       kv_(kv),
       tokenizer_(tokenizer),
       slots_(kv.config().num_slots),
+      table_(kv.config().max_requests, kv.config().max_context_len),
       radix_(config.disable_radix_cache) {
   SERVE8_CHECK(config.max_running_requests >= 1, "--max-running-requests must be >= 1");
   SERVE8_CHECK(config.chunked_prefill_size >= 1 && config.max_prefill_tokens >= 1,
@@ -38,6 +39,11 @@ Scheduler::Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& 
                    model.max_tokens() >= config.max_prefill_tokens + config.max_running_requests,
                "model buffers ({} tokens, {} sequences) are smaller than the scheduler's limits", model.max_tokens(),
                model.max_seqs());
+  SERVE8_CHECK(kv.config().max_requests >= config.max_running_requests &&
+                   kv.config().max_context_len >= config.context_length,
+               "the KV cache's request table ({} rows of {} tokens) is smaller than the scheduler's limits ({} of {})",
+               kv.config().max_requests, kv.config().max_context_len, config.max_running_requests,
+               config.context_length);
   eos_ids_ = model.config().eos_token_ids;
   if (tokenizer) {
     for (int id : tokenizer->eos_ids())
@@ -123,7 +129,7 @@ int Scheduler::step() {
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
     const double host = counters_.last_step_seconds - last_device_seconds_;
-    const auto kv_tokens = static_cast<int64_t>(batch_.kv_indices.size());
+    const auto kv_tokens = static_cast<int64_t>(batch_.kv_indptr.back());
     counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);
     if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch)
       counters_.large_decode.add(counters_.last_step_seconds, host, kv_tokens);
@@ -207,6 +213,7 @@ bool Scheduler::admit(Request& r) {
   r.slots = std::move(m.slots);
   r.prefix_len = r.num_computed = static_cast<int>(r.slots.size());
   r.node = m.node;
+  r.table_row = table_.allocate();  // rows bound running requests, as max_running_requests does
   if (!r.admitted_before) {
     r.cached_tokens = r.prefix_len;
     counters_.cached_prompt_tokens += r.prefix_len;
@@ -242,6 +249,8 @@ void Scheduler::release(Request& r, bool keep_in_cache) {
   radix_.dec_ref(r.node);
   r.node = radix_.root();
   r.slots.clear();
+  if (r.table_row >= 0) table_.free(r.table_row);
+  r.table_row = -1;
 }
 
 void Scheduler::finish(Request& r, FinishReason reason) {
@@ -253,23 +262,13 @@ void Scheduler::finish(Request& r, FinishReason reason) {
 
 Tensor Scheduler::run(const std::vector<Row>& rows) {
   ForwardBatch& b = batch_;
-  b.tokens.clear();
-  b.positions.clear();
-  b.out_slots.clear();
-  b.kv_indices.clear();
-  b.qo_indptr.assign(1, 0);
-  b.kv_indptr.assign(1, 0);
+  b.clear();
   for (const Row& row : rows) {
     const Request& r = *row.req;
-    for (int i = r.num_computed; i < r.num_computed + row.q_len; ++i) {
-      b.tokens.push_back(r.token_at(i));
-      b.positions.push_back(i);
-      b.out_slots.push_back(r.slots[static_cast<size_t>(i)]);
-    }
+    tokens_.clear();
+    for (int i = r.num_computed; i < r.num_computed + row.q_len; ++i) tokens_.push_back(r.token_at(i));
     const int kv_len = r.num_computed + row.q_len;
-    b.kv_indices.insert(b.kv_indices.end(), r.slots.begin(), r.slots.begin() + kv_len);
-    b.qo_indptr.push_back(b.qo_indptr.back() + row.q_len);
-    b.kv_indptr.push_back(b.kv_indptr.back() + kv_len);
+    b.add_sequence(r.table_row, kv_len, tokens_, table_.take_new(r.table_row, r.slots, kv_len));
   }
   forward_start_ = Clock::now();
   return model_.forward(b, kv_);
@@ -371,6 +370,8 @@ void Scheduler::check_invariants() const {
   SERVE8_CHECK(total == slots_.num_slots_total(),
                "slot accounting: {} free + {} in the tree + {} held by requests != {} slots", slots_.num_slots_free(),
                radix_.total_size(), held, slots_.num_slots_total());
+  SERVE8_CHECK(table_.num_rows_used() == static_cast<int>(running_.size()),
+               "request table: {} rows in use for {} running requests", table_.num_rows_used(), running_.size());
   radix_.validate();
 }
 

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "engine/request.h"
 #include "kv/radix_cache.h"
+#include "kv/req_to_token.h"
 #include "kv/slot_allocator.h"
 #include "model/llama.h"
 
@@ -115,12 +116,14 @@ class Scheduler {
   KvCache& kv_;
   const Tokenizer* tokenizer_;
   SlotAllocator slots_;
+  ReqToTokenTable table_;
   RadixCache radix_;
   std::vector<int> eos_ids_;
   std::deque<std::unique_ptr<Request>> waiting_;
   std::vector<std::unique_ptr<Request>> running_;  // in admission order
   SchedulerStats counters_;
   ForwardBatch batch_;
+  std::vector<int32_t> tokens_;  // one row's new tokens, while the batch is built
   std::vector<int32_t> sampled_;
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};

@@ -9,32 +9,32 @@
 // least recently used first. Time is a counter bumped by each match and insert, not a clock, so
 // eviction order is deterministic.
 //
-// How the engine (scheduler thread only; no locks) drives SlotAllocator A, ReqToTokenTable T and
-// RadixCache C over one request's life, for prompt p:
+// How the engine (scheduler thread only; no locks) drives SlotAllocator A and RadixCache C over
+// one request's life, for prompt p, keeping the request's slots R in position order:
 //
 //   admit:   m = C.match_prefix(p, p.size() - 1)     // leave >= 1 token to compute logits from
 //            C.inc_ref(m.node)                       // before any evict, or the prefix may go
 //            need = p.size() - m.slots.size()
 //            if (!A.can_allocate(need)) A.free(C.evict(need - A.num_slots_free()))
-//            if (!A.can_allocate(need) || !T.can_allocate()) { C.dec_ref(m.node); stay queued }
-//            row = T.allocate(); T.append(row, m.slots); T.append(row, A.allocate(need))
+//            if (!A.can_allocate(need)) { C.dec_ref(m.node); stay queued }
+//            R = m.slots + A.allocate(need)
 //            prefill computes tokens [m.slots.size(), p.size()) into the new slots
-//   decode:  one slot per step from A (evicting as above), T.append(row, {slot})
-//   finish:  kv = T.slots(row); tokens = the first kv.size() tokens of prompt + output (the last
-//            sampled token has no K/V yet)
-//            r = C.insert(tokens, kv)                // the tree now owns kv's slots ...
+//   decode:  one slot per step from A (evicting as above), appended to R
+//   finish:  tokens = the first R.size() tokens of prompt + output (the last sampled token has no
+//            K/V yet)
+//            r = C.insert(tokens, R)                 // the tree now owns R's slots ...
 //            A.free(r.duplicates)                    // ... except those it already had cached
-//            A.free(slots of the row past the computed tokens, if a step was cut short)
-//            C.dec_ref(m.node); T.free(row)
+//            A.free(slots of R past the computed tokens, if a step was cut short)
+//            C.dec_ref(m.node)
 //   retract: (out of slots mid-decode) as finish; the request re-queues and its next match will
 //            likely find what it computed. Or, to drop the work instead:
-//            A.free(T.slots(row).subspan(m.slots.size())); C.dec_ref(m.node); T.free(row)
+//            A.free(R.subspan(m.slots.size())); C.dec_ref(m.node)
 //   chunked prefill, between chunks (optional, lets other requests share a long prompt early):
-//            r = C.insert(tokens so far, T.slots(row)); A.free(r.duplicates)
-//            T.truncate(row, 0); T.append(row, C.slots(r.node))   // duplicates were replaced
+//            r = C.insert(tokens so far, R); A.free(r.duplicates)
+//            R = C.slots(r.node) + the rest of R     // duplicates were replaced
 //            C.inc_ref(r.node); C.dec_ref(m.node); m.node = r.node
 //
-// Every slot is always in exactly one place: A's free list, the tree, or a request's row beyond
+// Every slot is always in exactly one place: A's free list, the tree, or a request's slots beyond
 // its locked prefix. Disabled mode (--disable-radix-cache) keeps the same code path: match finds
 // nothing, insert takes nothing and returns every slot as a duplicate, evict returns nothing. Only
 // the chunked-prefill step must be skipped when disabled(), since the tree cannot take the slots.

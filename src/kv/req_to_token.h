@@ -1,9 +1,8 @@
-// ReqToTokenTable: for each running request, the KV slots of its tokens in position order.
-//
-// The engine builds ForwardBatch::kv_indices from these rows. A row is a small integer the engine
-// keeps with the request; the number of rows bounds the running batch (--max-running-requests).
-// Rows own nothing: the slots in a row belong to the SlotAllocator/RadixCache protocol described
-// in kv/radix_cache.h, and freeing a row does not free its slots.
+// ReqToTokenTable: the host side of the KV cache's request -> slot table (KvCache::req_to_token,
+// on the device): which rows are in use, and how many leading slots of each row the device holds
+// already, so that a step sends only the rest (ForwardBatch::new_slots) and host work per decode
+// step grows with the batch, not with the context. The slots themselves stay with their request;
+// rows own nothing, and freeing a row frees no slot.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +21,10 @@ class ReqToTokenTable {
   // Gives the row back (its length drops to 0). Throws if the row is not in use.
   void free(int row);
 
-  bool can_append(int row, int64_t n) const;
-  // Appends slots after the row's current ones. Throws if the row would exceed max_context_len.
-  void append(int row, std::span<const int32_t> slots);
-  // Keeps the first len slots; read the dropped ones from slots(row) first if they need freeing.
-  void truncate(int row, int len);
-
-  // Valid until the next append/truncate/free of this row.
-  std::span<const int32_t> slots(int row) const;
+  // The part of `slots` (a request's, in position order) the device row lacks up to kv_len, which
+  // the caller sends with the step; the row then counts kv_len slots. Throws past max_context_len,
+  // or if kv_len is below what the row holds (slots never leave a row but with it).
+  std::span<const int32_t> take_new(int row, std::span<const int32_t> slots, int kv_len);
   int length(int row) const;
 
   int num_rows_free() const { return static_cast<int>(free_rows_.size()); }
@@ -42,11 +37,7 @@ class ReqToTokenTable {
 
   int max_requests_;
   int max_context_len_;
-  // A vector per row rather than one dense [max_requests, max_context_len] array: the dense table
-  // SGLang keeps on the GPU would cost gigabytes of host memory at 4096 rows x 128k context, while
-  // rows here only grow to what their requests use (and keep that capacity for the next one).
-  std::vector<std::vector<int32_t>> rows_;
-  std::vector<uint8_t> in_use_;
+  std::vector<int> length_;  // -1: free
   std::vector<int> free_rows_;  // a stack; row 0 is handed out first
 };
 

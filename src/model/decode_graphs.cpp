@@ -1,8 +1,9 @@
-// LlamaModel's CUDA-graph path for decode steps. A decode step of a 7B model is ~10 launches per
-// layer of a few microseconds of work each at small batch sizes; replaying them as one graph takes
-// the launch overhead off the critical path. Graphs bake in buffer addresses and grid shapes, so
-// one is captured per bucketed batch size and a step is padded up to its bucket: padded rows
-// decode token 0 at position 0 into slot 0, which the allocator reserves for exactly this.
+// LlamaModel's CUDA-graph path for decode steps. A decode step is ~10 launches per layer of a few
+// microseconds of work each at small batch sizes; replaying them as one graph takes the launch
+// overhead off the critical path. Graphs bake in buffer addresses and grid shapes: the batch
+// arrays are fixed (sized at start-up), and one graph is captured per bucketed batch size, a step
+// padded up to its bucket. Padded rows decode token 0 at position 0 into slot 0 (reserved by the
+// allocator for this) on the table's padding row.
 #include <algorithm>
 #include <chrono>
 
@@ -14,23 +15,10 @@ namespace serve8 {
 
 namespace {
 
-bool same_buffers(const DeviceBatch& a, const DeviceBatch& b) {
-  return a.tokens.data == b.tokens.data && a.positions.data == b.positions.data &&
-         a.out_slots.data == b.out_slots.data && a.qo_indptr.data == b.qo_indptr.data &&
-         a.kv_indptr.data == b.kv_indptr.data && a.kv_indices.data == b.kv_indices.data &&
-         a.last_token_rows.data == b.last_token_rows.data && a.num_seqs == b.num_seqs && a.num_tokens == b.num_tokens;
-}
-
 // Appends decode rows over slot 0 until the batch has `n` sequences.
-void pad_decode_batch(ForwardBatch& b, int n) {
-  while (b.num_seqs() < n) {
-    b.tokens.push_back(0);
-    b.positions.push_back(0);
-    b.out_slots.push_back(0);
-    b.kv_indices.push_back(0);
-    b.qo_indptr.push_back(b.qo_indptr.back() + 1);
-    b.kv_indptr.push_back(b.kv_indptr.back() + 1);
-  }
+void pad_decode_batch(ForwardBatch& b, int n, int32_t padding_row) {
+  constexpr int32_t kZero[1] = {0};
+  while (b.num_seqs() < n) b.add_sequence(padding_row, 1, kZero, kZero);
 }
 
 }  // namespace
@@ -54,13 +42,11 @@ int LlamaModel::enable_decode_graphs(KvCache& kv, int max_bs) {
   graph_kv_ = &kv;
   // Largest first: workspaces grow to their final size in its warm-up, never inside a capture.
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
-    padded_ = ForwardBatch{};
-    padded_.qo_indptr.assign(1, 0);
-    padded_.kv_indptr.assign(1, 0);
-    pad_decode_batch(padded_, *it);
+    padded_.clear();
+    pad_decode_batch(padded_, *it, kv.config().padding_row());
     DecodeGraph g;
     g.batch_size = *it;
-    const DeviceBatch db = backend_.upload_batch(padded_);
+    const DeviceBatch db = backend_.upload_batch(padded_, kv);
     forward_uploaded(db, kv);  // warm-up: lazily made plans, workspaces and GEMM heuristics
     capture_graph(g, db, kv);
     if (!g.graph) {
@@ -93,25 +79,16 @@ Tensor LlamaModel::forward_graph(const ForwardBatch& batch, KvCache& kv) {
   if (kv_observer_ || &kv != graph_kv_ || b == 0 || b > graphs_.back().batch_size ||
       batch.num_tokens() != b)  // q_len >= 1 for every row, so T == B means all rows decode
     return {};
-  // No validate() here: upload_batch validates the padded batch, valid exactly when this one is.
-  // The kernels index the pool without bounds checks, and the backend's own check of the slots
-  // does not run when a graph replays.
-  const int64_t slots = kv.config().num_slots;
-  auto in_pool = [slots](int32_t s) { return s >= 0 && s < slots; };
-  SERVE8_CHECK(std::all_of(batch.out_slots.begin(), batch.out_slots.end(), in_pool) &&
-                   std::all_of(batch.kv_indices.begin(), batch.kv_indices.end(), in_pool),
-               "forward: a slot of the batch is outside the pool's {} slots", slots);
   DecodeGraph& g =
       *std::find_if(graphs_.begin(), graphs_.end(), [b](const DecodeGraph& x) { return x.batch_size >= b; });
   padded_ = batch;
-  pad_decode_batch(padded_, g.batch_size);
-  const DeviceBatch db = backend_.upload_batch(padded_);
-  // Batch buffers move when a longer batch makes them grow: capture again on the new ones.
-  if (!same_buffers(db, g.captured)) {
-    capture_graph(g, db, kv);
-    SERVE8_CHECK(g.graph != nullptr, "forward: recapturing the CUDA graph of batch size {} failed", g.batch_size);
-    spdlog::debug("CUDA graphs: recaptured batch size {} (batch buffers moved)", g.batch_size);
-  }
+  pad_decode_batch(padded_, g.batch_size, kv.config().padding_row());
+  const DeviceBatch db = backend_.upload_batch(padded_, kv);
+  // The arrays are sized once, before capture; they move only if the backend was asked for
+  // larger limits or a larger KV cache afterwards, which would leave the graphs reading freed memory.
+  SERVE8_CHECK(db.tokens.data == g.captured.tokens.data && db.kv_indices.data == g.captured.kv_indices.data,
+               "forward: the batch arrays moved since the CUDA graphs were captured (reserve_steps or "
+               "create_kv_cache after enable_decode_graphs)");
   g.graph->replay();
   return logits_.view(DType::kF32, {g.batch_size, config_.vocab_size}).rows(0, b);
 }

@@ -41,6 +41,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
   last_hidden_ = make_buffer(backend, c, max_seqs, h);
   logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
+  backend.reserve_steps(StepLimits{max_tokens, max_seqs, config_.num_heads, config_.num_kv_heads, config_.head_dim});
   const std::vector<float> inv_freq = config_.rope_inv_freq();
   inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
   backend.copy_to_device(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
@@ -70,7 +71,7 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, KvCache& kv) {
     Tensor logits = forward_graph(batch, kv);
     if (!logits.empty()) return logits;
   }
-  return forward_uploaded(backend_.upload_batch(batch), kv);
+  return forward_uploaded(backend_.upload_batch(batch, kv), kv);
 }
 
 Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {

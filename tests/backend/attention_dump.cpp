@@ -63,7 +63,7 @@ json write_ints(const fs::path& dir, const std::string& file, const std::vector<
 }  // namespace
 
 void dump_attention_case(Backend& be, const std::string& name, const Tensor& q, const KvLayer& kv,
-                         const ForwardBatch& batch, float softmax_scale, const Tensor& out) {
+                         const DeviceBatch& batch, float softmax_scale, const Tensor& out) {
   const char* env = std::getenv("SERVE8_ATTENTION_DUMP_DIR");
   if (env == nullptr || *env == '\0') return;
   const fs::path dir(env);
@@ -82,7 +82,7 @@ void dump_attention_case(Backend& be, const std::string& name, const Tensor& q, 
             {"hkv", hkv},
             {"group", hq / hkv},
             {"num_tokens", q.dim(0)},
-            {"num_seqs", batch.num_seqs()},
+            {"num_seqs", batch.num_seqs},
             {"softmax_scale", softmax_scale}};
   c["q"] = write_tensor(be, dir, name + ".q.bin", q);
   c["out"] = write_tensor(be, dir, name + ".out.bin", out);
@@ -90,9 +90,11 @@ void dump_attention_case(Backend& be, const std::string& name, const Tensor& q, 
   c["v_pool"] = write_pool(be, dir, "v", kv.v);
   c["k_scale"] = write_tensor(be, dir, name + ".k_scale.bin", kv.k_scale);
   c["v_scale"] = write_tensor(be, dir, name + ".v_scale.bin", kv.v_scale);
-  c["qo_indptr"] = write_ints(dir, name + ".qo_indptr.bin", batch.qo_indptr);
-  c["kv_indptr"] = write_ints(dir, name + ".kv_indptr.bin", batch.kv_indptr);
-  c["kv_indices"] = write_ints(dir, name + ".kv_indices.bin", batch.kv_indices);
+  std::vector<int32_t> kv_indices(static_cast<size_t>(batch.kv_indices.numel()));
+  be.copy_to_host(kv_indices.data(), batch.kv_indices.data, kv_indices.size() * sizeof(int32_t));
+  c["qo_indptr"] = write_ints(dir, name + ".qo_indptr.bin", batch.host->qo_indptr);
+  c["kv_indptr"] = write_ints(dir, name + ".kv_indptr.bin", batch.host->kv_indptr);
+  c["kv_indices"] = write_ints(dir, name + ".kv_indices.bin", kv_indices);
 
   // Several runs (test processes, a rerun of one case) share the directory.
   const fs::path manifest = dir / "manifest.json";

@@ -71,43 +71,70 @@ TEST(CpuKvCacheTest, GeometryAndScales) {
   EXPECT_THROW(be->create_kv_cache({1, 2, 16, DType::kBF16, 4}, KvScales::ones(1, 3)), Error);
 }
 
-TEST(CpuBatchTest, UploadBatch) {
-  auto be = create_cpu_backend();
-  ForwardBatch fb;
-  fb.tokens = {5, 6, 7, 8, 9};
-  fb.positions = {0, 1, 2, 10, 4};
-  fb.out_slots = {3, 4, 5, 9, 12};
-  fb.qo_indptr = {0, 3, 4, 5};
-  fb.kv_indptr = {0, 3, 14, 19};
-  fb.kv_indices.resize(19);
-  std::iota(fb.kv_indices.begin(), fb.kv_indices.end(), 1);
-  const DeviceBatch d = be->upload_batch(fb);
-  EXPECT_EQ(d.host, &fb);
-  EXPECT_EQ(d.num_seqs, 3);
-  EXPECT_EQ(d.num_tokens, 5);
-  EXPECT_EQ(d.max_q_len, 3);
-  EXPECT_EQ(d.max_kv_len, 11);
-  EXPECT_EQ(d.tokens.ptr<int32_t>()[3], 8);
-  EXPECT_EQ(d.kv_indices.dim(0), 19);
-  ASSERT_EQ(d.last_token_rows.dim(0), 3);
-  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[0], 2);
-  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[1], 3);
-  EXPECT_EQ(d.last_token_rows.ptr<int32_t>()[2], 4);
-  fb.kv_indptr[1] = 2;  // fewer kv tokens than new tokens
-  EXPECT_THROW(be->upload_batch(fb), Error);
+std::vector<int32_t> ints(const Tensor& t) {
+  const auto* p = t.ptr<const int32_t>();
+  return std::vector<int32_t>(p, p + t.numel());
 }
 
-// A batch writing `slots` (one single sequence; kv_store only reads out_slots).
-ForwardBatch store_batch(const std::vector<int32_t>& slots) {
+// The request -> slot table: a first step sends whole rows, the next only the new slots, and
+// kv_indices / out_slots come out of the table whole.
+TEST(CpuBatchTest, UploadBatchThroughTheTable) {
+  auto be = create_cpu_backend();
+  KvCacheConfig cfg{1, 2, 8, DType::kF32, 40};
+  cfg.max_requests = 4;
+  cfg.max_context_len = 16;
+  auto cache = be->create_kv_cache(cfg, KvScales::ones(1, 2));
+  std::vector<int32_t> slots0(3), slots2(11);
+  std::iota(slots0.begin(), slots0.end(), 1);
+  std::iota(slots2.begin(), slots2.end(), 20);
   ForwardBatch fb;
-  const auto n = static_cast<int32_t>(slots.size());
-  fb.tokens.assign(slots.size(), 1);
-  fb.positions.resize(slots.size());
-  std::iota(fb.positions.begin(), fb.positions.end(), 0);
-  fb.out_slots = slots;
-  fb.qo_indptr = {0, n};
-  fb.kv_indptr = {0, n};
-  fb.kv_indices = slots;
+  fb.add_sequence(0, 3, std::vector<int32_t>{5, 6, 7}, slots0);  // a prompt of 3
+  fb.add_sequence(2, 11, std::vector<int32_t>{8}, slots2);       // a cached prefix of 10, then 1
+  const DeviceBatch d = be->upload_batch(fb, *cache);
+  EXPECT_EQ(d.host, &fb);
+  EXPECT_EQ(d.num_seqs, 2);
+  EXPECT_EQ(d.num_tokens, 4);
+  EXPECT_EQ(d.max_q_len, 3);
+  EXPECT_EQ(d.max_kv_len, 11);
+  EXPECT_EQ(ints(d.positions), (std::vector<int32_t>{0, 1, 2, 10}));
+  EXPECT_EQ(ints(d.out_slots), (std::vector<int32_t>{1, 2, 3, 30}));
+  std::vector<int32_t> all = slots0;
+  all.insert(all.end(), slots2.begin(), slots2.end());
+  EXPECT_EQ(ints(d.kv_indices), all);
+  EXPECT_EQ(ints(d.last_token_rows), (std::vector<int32_t>{2, 3}));
+
+  // Decode: one new slot a row; the rest comes from the table.
+  ForwardBatch step;
+  step.add_sequence(2, 12, std::vector<int32_t>{9}, std::vector<int32_t>{35});
+  step.add_sequence(0, 4, std::vector<int32_t>{4}, std::vector<int32_t>{36});
+  const DeviceBatch d2 = be->upload_batch(step, *cache);
+  std::vector<int32_t> want = slots2;
+  want.push_back(35);
+  want.insert(want.end(), slots0.begin(), slots0.end());
+  want.push_back(36);
+  EXPECT_EQ(ints(d2.kv_indices), want);
+  EXPECT_EQ(ints(d2.out_slots), (std::vector<int32_t>{35, 36}));
+  EXPECT_EQ(ints(d2.positions), (std::vector<int32_t>{11, 3}));
+
+  ForwardBatch bad = step;
+  bad.kv_indptr[1] = 0;  // fewer kv tokens than new tokens
+  EXPECT_THROW(be->upload_batch(bad, *cache), Error);
+  bad = step;
+  bad.req_rows[0] = 5;  // past the table's rows (4 and the padding row)
+  EXPECT_THROW(be->upload_batch(bad, *cache), Error);
+  bad = step;
+  bad.new_slots[1] = 40;  // outside the pool
+  EXPECT_THROW(be->upload_batch(bad, *cache), Error);
+  ForwardBatch longer;
+  std::vector<int32_t> many(17, 1);
+  longer.add_sequence(1, 17, std::vector<int32_t>{1}, many);  // past the context length
+  EXPECT_THROW(be->upload_batch(longer, *cache), Error);
+}
+
+// A batch writing `slots` (one single sequence on table row `row`, every slot new).
+ForwardBatch store_batch(const std::vector<int32_t>& slots, int32_t row = 0) {
+  ForwardBatch fb;
+  fb.add_sequence(row, static_cast<int>(slots.size()), std::vector<int32_t>(slots.size(), 1), slots);
   return fb;
 }
 
@@ -129,7 +156,7 @@ TEST(CpuKvStoreTest, BitExactEveryDtype) {
       std::vector<int32_t> out_slots = {5, 31, 0, 17, 2, 9, 30};
       const ForwardBatch fb = store_batch(out_slots);
       const KvLayer l = cache->layer(0);
-      be->kv_store(k.view({t, heads, d}), v.view({t, heads, d}), be->upload_batch(fb), l);
+      be->kv_store(k.view({t, heads, d}), v.view({t, heads, d}), be->upload_batch(fb, *cache), l);
 
       HostArray want_k(kv_t, static_cast<size_t>(slots * heads * d)), want_v = want_k;
       for (int64_t i = 0; i < t; ++i) {
@@ -153,10 +180,10 @@ TEST(CpuKvStoreTest, RejectsBadSlotsAndShapes) {
   auto cache = be->create_kv_cache({1, 2, 8, DType::kFP8E4M3, 4}, KvScales::ones(1, 2));
   std::vector<float> k(2 * 2 * 8), v(2 * 2 * 8);
   const ForwardBatch bad = store_batch({1, 4});
-  EXPECT_THROW(be->kv_store(view_of(k, {2, 2, 8}), view_of(v, {2, 2, 8}), be->upload_batch(bad), cache->layer(0)),
+  EXPECT_THROW(be->kv_store(view_of(k, {2, 2, 8}), view_of(v, {2, 2, 8}), be->upload_batch(bad, *cache), cache->layer(0)),
                Error);
   const ForwardBatch ok = store_batch({1, 3});
-  EXPECT_THROW(be->kv_store(view_of(k, {2, 4, 4}), view_of(v, {2, 2, 8}), be->upload_batch(ok), cache->layer(0)),
+  EXPECT_THROW(be->kv_store(view_of(k, {2, 4, 4}), view_of(v, {2, 2, 8}), be->upload_batch(ok, *cache), cache->layer(0)),
                Error);
 }
 
@@ -166,52 +193,48 @@ const std::vector<std::pair<int, int>> kSeqs = {{1, 37}, {5, 20}, {9, 9}, {1, 1}
 
 struct AttentionSetup {
   ForwardBatch step;
-  std::vector<float> q;  // [T, Hq, D]
+  std::vector<int32_t> kv_slots;  // every sequence's slots, CSR over step.kv_indptr (the reference's)
+  std::vector<float> q;           // [T, Hq, D]
 };
 
 // Fills a pool with each sequence's cached prefix and the step's new tokens (through kv_store),
-// over a random permutation of the slots, and returns the step's batch and queries.
-AttentionSetup fill_pool(Backend& be, const KvLayer& l, Rng& rng, int64_t hq, int64_t hkv, int64_t d,
+// over a random permutation of the slots, and returns the step's batch and queries. The prefix
+// goes in through a batch of its own on each row, so the step sends only its new tokens' slots.
+AttentionSetup fill_pool(Backend& be, KvCache& cache, const KvLayer& l, Rng& rng, int64_t hq, int64_t hkv, int64_t d,
                          int64_t num_slots) {
   std::vector<int32_t> perm(static_cast<size_t>(num_slots - 1));
   std::iota(perm.begin(), perm.end(), 1);  // slot 0 stays the allocator's reserved slot
   std::shuffle(perm.begin(), perm.end(), rng.gen());
   AttentionSetup s;
-  ForwardBatch& fb = s.step;
-  fb.qo_indptr = {0};
-  fb.kv_indptr = {0};
-  std::vector<int32_t> prefix_slots;
-  size_t next = 0;
-  for (const auto& [q_len, kv_len] : kSeqs) {
-    for (int j = 0; j < kv_len; ++j) {
-      const int32_t slot = perm[next++];
-      fb.kv_indices.push_back(slot);
-      if (j < kv_len - q_len) {
-        prefix_slots.push_back(slot);
-      } else {
-        fb.tokens.push_back(rng.integer(0, 999));
-        fb.positions.push_back(j);
-        fb.out_slots.push_back(slot);
-      }
-    }
-    fb.qo_indptr.push_back(fb.qo_indptr.back() + q_len);
-    fb.kv_indptr.push_back(fb.kv_indptr.back() + kv_len);
-  }
+  s.step.clear();
   const auto store = [&](const ForwardBatch& b) {
-    const auto n = static_cast<int64_t>(b.out_slots.size());
+    const auto n = static_cast<int64_t>(b.num_tokens());
     std::vector<float> k = rng.normals(static_cast<size_t>(n * hkv * d), 2.0f);
     std::vector<float> v = rng.normals(static_cast<size_t>(n * hkv * d), 2.0f);
-    be.kv_store(view_of(k, {n, hkv, d}), view_of(v, {n, hkv, d}), be.upload_batch(b), l);
+    be.kv_store(view_of(k, {n, hkv, d}), view_of(v, {n, hkv, d}), be.upload_batch(b, cache), l);
   };
-  store(store_batch(prefix_slots));
-  store(fb);
-  s.q = rng.normals(fb.tokens.size() * static_cast<size_t>(hq * d), 1.5f);
+  size_t next = 0;
+  int32_t row = 0;
+  for (const auto& [q_len, kv_len] : kSeqs) {
+    std::vector<int32_t> slots(perm.begin() + static_cast<int64_t>(next), perm.begin() + static_cast<int64_t>(next) + kv_len);
+    next += static_cast<size_t>(kv_len);
+    s.kv_slots.insert(s.kv_slots.end(), slots.begin(), slots.end());
+    const int prefix = kv_len - q_len;
+    if (prefix > 0) store(store_batch(std::vector<int32_t>(slots.begin(), slots.begin() + prefix), row));
+    std::vector<int32_t> tokens(static_cast<size_t>(q_len));
+    for (int32_t& t : tokens) t = rng.integer(0, 999);
+    s.step.add_sequence(row, kv_len, tokens, std::vector<int32_t>(slots.begin() + prefix, slots.end()));
+    ++row;
+  }
+  store(s.step);
+  s.q = rng.normals(s.step.tokens.size() * static_cast<size_t>(hq * d), 1.5f);
   return s;
 }
 
 // Causal softmax attention in double over the dequantized stored bytes.
-std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l, const ForwardBatch& fb, int64_t hq,
+std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l, const AttentionSetup& s, int64_t hq,
                                   int64_t hkv, int64_t d, double softmax_scale) {
+  const ForwardBatch& fb = s.step;
   std::vector<double> out(q.size());
   const int64_t group = hq / hkv;
   for (int b = 0; b < fb.num_seqs(); ++b) {
@@ -224,7 +247,7 @@ std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l,
         const double ks = l.k_scale.ptr<float>()[g], vs = l.v_scale.ptr<float>()[g];
         std::vector<double> p(static_cast<size_t>(n));
         for (int j = 0; j < n; ++j) {
-          const int64_t base = (fb.kv_indices[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
+          const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
           double dot = 0;
           for (int64_t e = 0; e < d; ++e)
             dot += q[static_cast<size_t>((t * hq + h) * d + e)] * stored(l.k, base + e) * ks;
@@ -236,7 +259,7 @@ std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l,
         for (int64_t e = 0; e < d; ++e) {
           double acc = 0;
           for (int j = 0; j < n; ++j) {
-            const int64_t base = (fb.kv_indices[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
+            const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
             acc += p[static_cast<size_t>(j)] / sum * stored(l.v, base + e) * vs;
           }
           out[static_cast<size_t>((t * hq + h) * d + e)] = acc;
@@ -256,10 +279,10 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   Rng rng(static_cast<uint64_t>(group * 1000 + head_dim * 10 + static_cast<int>(kv_t)));
   auto cache = be->create_kv_cache({2, static_cast<int>(hkv), head_dim, kv_t, num_slots}, random_scales(rng, 2, 2));
   const KvLayer l = cache->layer(1);
-  AttentionSetup s = fill_pool(*be, l, rng, hq, hkv, d, num_slots);
+  AttentionSetup s = fill_pool(*be, *cache, l, rng, hq, hkv, d, num_slots);
   const auto t = static_cast<int64_t>(s.step.tokens.size());
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const DeviceBatch batch = be->upload_batch(s.step);
+  const DeviceBatch batch = be->upload_batch(s.step, *cache);
   std::vector<float> out(s.q.size());
   be->attention(view_of(s.q, {t, hq, d}), l, batch, softmax_scale, view_of(out, {t, hq, d}));
   // For scripts/torch_attention_check.py (checked here with its numpy path), when
@@ -267,9 +290,9 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   std::string name = "cpu_group" + std::to_string(group);
   name += "_d" + std::to_string(head_dim);
   name += "_" + std::string(dtype_name(kv_t));
-  test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, s.step, softmax_scale,
+  test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, batch, softmax_scale,
                             view_of(out, {t, hq, d}));
-  const std::vector<double> want = attention_ref(s.q, l, s.step, hq, hkv, d, softmax_scale);
+  const std::vector<double> want = attention_ref(s.q, l, s, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(out[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << "element " << i;
   }
@@ -287,8 +310,8 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   // bf16 queries and output: the reference sees the same rounded queries; one bf16 rounding apart.
   HostArray qb(DType::kBF16, s.q), ob(DType::kBF16, s.q.size());
   be->attention(qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
-  test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, s.step, softmax_scale, ob.view({t, hq, d}));
-  const std::vector<double> want_b = attention_ref(qb.values(), l, s.step, hq, hkv, d, softmax_scale);
+  test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
+  const std::vector<double> want_b = attention_ref(qb.values(), l, s, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(ob.get(i), want_b[i], std::max(1.0, std::abs(want_b[i])) / 128) << "element " << i;
   }
@@ -307,15 +330,15 @@ TEST(CpuAttentionErrors, RejectsMismatches) {
   auto be = create_cpu_backend();
   auto cache = be->create_kv_cache({1, 2, 8, DType::kBF16, 16}, KvScales::ones(1, 2));
   ForwardBatch fb = store_batch({1, 2, 3});
-  const DeviceBatch batch = be->upload_batch(fb);
+  const DeviceBatch batch = be->upload_batch(fb, *cache);
   std::vector<float> q(3 * 6 * 8), out(q.size());
   // 6 q heads over 2 kv heads is fine; 5 is not a multiple, and head_dim must match the pool.
   EXPECT_NO_THROW(be->attention(view_of(q, {3, 6, 8}), cache->layer(0), batch, 0.3f, view_of(out, {3, 6, 8})));
   EXPECT_THROW(be->attention(view_of(q, {3, 5, 8}), cache->layer(0), batch, 0.3f, view_of(out, {3, 5, 8})), Error);
   EXPECT_THROW(be->attention(view_of(q, {3, 12, 4}), cache->layer(0), batch, 0.3f, view_of(out, {3, 12, 4})), Error);
-  fb.kv_indices[1] = 16;  // outside the pool
+  fb.new_slots[1] = 16;  // outside the pool
   EXPECT_THROW(
-      be->attention(view_of(q, {3, 6, 8}), cache->layer(0), be->upload_batch(fb), 0.3f, view_of(out, {3, 6, 8})),
+      be->attention(view_of(q, {3, 6, 8}), cache->layer(0), be->upload_batch(fb, *cache), 0.3f, view_of(out, {3, 6, 8})),
       Error);
 }
 

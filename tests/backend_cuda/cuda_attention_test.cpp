@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <numeric>
 #include <tuple>
 
 #include "attention_scenario.h"
 #include "backend/attention_dump.h"
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
@@ -50,12 +50,14 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
   // the last block's second half has none.
   const int hkv = d == 8 ? 4 : (group % 2 == 1 ? 3 : 2);
   const int hq = group * hkv;
+  const bool fp8 = dt == DType::kFP8E5M2 || dt == DType::kFP8E4M3;
   for (size_t bi = 0; bi < kBatches.size(); ++bi) {
     Scenario s = make_scenario(rng_, kBatches[bi]);
     KvScales scales = KvScales::ones(1, hkv);
     for (auto& x : scales.k) x = rng_.uniform(0.5f, 2.0f);
     for (auto& x : scales.v) x = rng_.uniform(0.5f, 2.0f);
-    const KvCacheConfig cfg{1, hkv, d, dt, s.num_slots};
+    const KvCacheConfig cfg = s.kv_config(hkv, d, dt);
+    gpu_->reserve_steps(s.limits(hq, hkv, d));
     auto gc = gpu_->create_kv_cache(cfg, scales);
     auto cc = cpu_->create_kv_cache(cfg, scales);
     const KvLayer gl = gc->layer(0), cl = cc->layer(0);
@@ -63,10 +65,10 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
     const int64_t nf = s.fill.num_tokens();
     HostArray k(DType::kBF16, rng_.normals(static_cast<size_t>(nf * hkv * d)));
     HostArray v(DType::kBF16, rng_.normals(static_cast<size_t>(nf * hkv * d)));
+    auto dk = to_device(*gpu_, k), dv = to_device(*gpu_, v);
+    gpu_->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), gpu_->upload_batch(s.fill, *gc), gl);
+    cpu_->kv_store(k.view({nf, hkv, d}), v.view({nf, hkv, d}), cpu_->upload_batch(s.fill, *cc), cl);
     {
-      auto dk = to_device(*gpu_, k), dv = to_device(*gpu_, v);
-      gpu_->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), gpu_->upload_batch(s.fill), gl);
-      cpu_->kv_store(k.view({nf, hkv, d}), v.view({nf, hkv, d}), cpu_->upload_batch(s.fill), cl);
       const HostArray gk = to_host(*gpu_, gl.k.data, dt, static_cast<size_t>(gl.k.numel()));
       ASSERT_EQ(0, std::memcmp(gk.bytes.data(), cl.k.data, cl.k.nbytes()));
     }
@@ -78,7 +80,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
     const size_t n = static_cast<size_t>(t * hq * d);
     Buffer out(*gpu_, n * 2);
     test::poison(*gpu_, out.data(), n * 2);
-    const DeviceBatch gb = gpu_->upload_batch(s.step);
+    const DeviceBatch gb = gpu_->upload_batch(s.step, *gc);
     gpu_->attention(dq.view({t, hq, d}), gl, gb, scale, out.view(DType::kBF16, {t, hq, d}));
     const HostArray got = to_host(*gpu_, out.data(), DType::kBF16, n);
     {
@@ -87,11 +89,10 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       name += "_G" + std::to_string(group);
       name += "_" + std::string(dtype_name(dt));
       name += "_b" + std::to_string(bi);
-      test::dump_attention_case(*gpu_, name, dq.view({t, hq, d}), gl, s.step, scale,
-                                out.view(DType::kBF16, {t, hq, d}));
+      test::dump_attention_case(*gpu_, name, dq.view({t, hq, d}), gl, gb, scale, out.view(DType::kBF16, {t, hq, d}));
     }
     HostArray ref(DType::kF32, n);
-    cpu_->attention(q.view({t, hq, d}), cl, cpu_->upload_batch(s.step), scale, ref.view({t, hq, d}));
+    cpu_->attention(q.view({t, hq, d}), cl, cpu_->upload_batch(s.step, *cc), scale, ref.view({t, hq, d}));
     const double err = rel_error(got.values(), ref.values());
     EXPECT_LT(err, 1e-2) << "batch " << bi << " D=" << d << " group=" << group << " kv=" << dtype_name(dt);
     if (err >= 1e-2) {
@@ -108,54 +109,32 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         }
       }
     }
+    // The same step on a backend whose attention plan is overridden (AttentionOptions): a pool and
+    // table of its own, filled from the same K/V, then the step `reps` times on one upload.
+    const auto check_alt = [&](AttentionOptions options, int reps, const std::string& what) {
+      auto alt = create_cuda_backend(DType::kBF16, options);
+      alt->reserve_steps(s.limits(hq, hkv, d));
+      auto ac = alt->create_kv_cache(cfg, scales);
+      const KvLayer al = ac->layer(0);
+      alt->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), alt->upload_batch(s.fill, *ac), al);
+      const DeviceBatch ab = alt->upload_batch(s.step, *ac);
+      for (int rep = 0; rep < reps; ++rep) {
+        Buffer out3(*alt, n * 2);
+        test::poison(*alt, out3.data(), n * 2);
+        alt->attention(dq.view({t, hq, d}), al, ab, scale, out3.view(DType::kBF16, {t, hq, d}));
+        EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
+            << what << ", run " << rep << ", batch " << bi;
+      }
+    };
     // FP8 decode with the other KV-heads-per-block choice than this small grid gets (two heads per
     // block: decode_heads_per_block picks it for large batches only).
-    if (d != 8 && (dt == DType::kFP8E5M2 || dt == DType::kFP8E4M3)) {
-      setenv("SERVE8_CUDA_DECODE_HEADS", "2", 1);
-      auto alt = create_backend("cuda");
-      unsetenv("SERVE8_CUDA_DECODE_HEADS");
-      Buffer out3(*alt, n * 2);
-      test::poison(*alt, out3.data(), n * 2);
-      alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
-      EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-          << "decode with two KV heads per block, batch " << bi;
-    }
-    // Split merges, fused (the default) and by the merge kernel, with 16-token splits so that every
-    // sequence of this small grid splits, with one and (FP8) two KV heads per block; twice, since
-    // the fused merge's split counters must be back at zero after a launch.
-    for (const char* merge : {"fused", "kernel"}) {
-      for (const char* heads : {"1", "2"}) {
-        if (d == 8 || (heads[0] == '2' && dt != DType::kFP8E5M2 && dt != DType::kFP8E4M3)) break;
-        setenv("SERVE8_CUDA_DECODE_MERGE", merge, 1);
-        setenv("SERVE8_CUDA_DECODE_MIN_CHUNK", "16", 1);
-        setenv("SERVE8_CUDA_DECODE_HEADS", heads, 1);
-        auto alt = create_backend("cuda");
-        unsetenv("SERVE8_CUDA_DECODE_MERGE");
-        unsetenv("SERVE8_CUDA_DECODE_MIN_CHUNK");
-        unsetenv("SERVE8_CUDA_DECODE_HEADS");
-        for (int rep = 0; rep < 2; ++rep) {
-          Buffer out3(*alt, n * 2);
-          test::poison(*alt, out3.data(), n * 2);
-          alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale,
-                         out3.view(DType::kBF16, {t, hq, d}));
-          EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-              << merge << " split merge, " << heads << " KV head(s) per block, run " << rep << ", batch " << bi;
-        }
-      }
-    }
-    // The other kernels (two decode kernels, the simple prefill), kept beside the defaults.
-    for (const char* decode : {"tensor-cores", "cuda-cores"}) {
-      if (d == 8) break;
-      setenv("SERVE8_CUDA_DECODE", decode, 1);
-      setenv("SERVE8_CUDA_PREFILL", "simple", 1);
-      auto alt = create_backend("cuda");
-      unsetenv("SERVE8_CUDA_DECODE");
-      unsetenv("SERVE8_CUDA_PREFILL");
-      Buffer out3(*alt, n * 2);
-      test::poison(*alt, out3.data(), n * 2);
-      alt->attention(dq.view({t, hq, d}), gl, alt->upload_batch(s.step), scale, out3.view(DType::kBF16, {t, hq, d}));
-      EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
-          << "decode " << decode << " and simple prefill, batch " << bi;
+    if (d != 8 && fp8) check_alt(AttentionOptions{2, 0}, 1, "decode with two KV heads per block");
+    // Split merges, with 16-token splits so that every sequence of this small grid splits, with one
+    // and (FP8) two KV heads per block; twice, since the fused merge's split counters must be back
+    // at zero after a launch.
+    for (int heads : {1, 2}) {
+      if (d == 8 || (heads == 2 && !fp8)) break;
+      check_alt(AttentionOptions{heads, 16}, 2, "split merge, " + std::to_string(heads) + " KV head(s) per block");
     }
     // Run again: the same bits (no races, no dependence on leftovers).
     Buffer out2(*gpu_, n * 2);
@@ -178,15 +157,30 @@ INSTANTIATE_TEST_SUITE_P(AllShapes, CudaAttentionTest,
 TEST_F(CudaBackendTest, AttentionRejectsUnsupportedShapes) {
   Rng rng(5);
   Scenario s = make_scenario(rng, {{2, 4}});
+  gpu_->reserve_steps(s.limits(8, 2, 128));
   for (const auto& [d, hq, hkv] : {std::tuple{96, 2, 2}, std::tuple{128, 18, 2}, std::tuple{64, 3, 2}}) {
-    auto cache = gpu_->create_kv_cache({1, hkv, d, DType::kBF16, s.num_slots}, KvScales::ones(1, hkv));
+    auto cache = gpu_->create_kv_cache(s.kv_config(hkv, d, DType::kBF16), KvScales::ones(1, hkv));
     Buffer q(*gpu_, static_cast<size_t>(2 * hq * d * 2));
-    const DeviceBatch b = gpu_->upload_batch(s.step);
+    gpu_->upload_batch(s.fill, *cache);
+    const DeviceBatch b = gpu_->upload_batch(s.step, *cache);
     EXPECT_THROW(
         gpu_->attention(q.view(DType::kBF16, {2, hq, d}), cache->layer(0), b, 0.1f, q.view(DType::kBF16, {2, hq, d})),
         Error)
         << d << " " << hq << " " << hkv;
   }
+  // A supported shape, but not the q head count the step was planned for at upload (reserve_steps
+  // said 8): refused; planned again for it, the same call runs.
+  auto cache = gpu_->create_kv_cache(s.kv_config(2, 128, DType::kBF16), KvScales::ones(1, 2));
+  Buffer q(*gpu_, static_cast<size_t>(2 * 4 * 128 * 2)), out(*gpu_, q.bytes());
+  gpu_->upload_batch(s.fill, *cache);
+  const auto attend = [&](const DeviceBatch& b) {
+    gpu_->attention(q.view(DType::kBF16, {2, 4, 128}), cache->layer(0), b, 0.1f,
+                    out.view(DType::kBF16, {2, 4, 128}));
+  };
+  EXPECT_THROW(attend(gpu_->upload_batch(s.step, *cache)), Error);
+  gpu_->reserve_steps(s.limits(4, 2, 128));
+  EXPECT_NO_THROW(attend(gpu_->upload_batch(s.step, *cache)));
+  gpu_->synchronize();
 }
 
 // A decode step (kv_store and attention, split-KV merge included) captured in a CUDA graph and
@@ -195,22 +189,23 @@ TEST_F(CudaBackendTest, DecodeStepReplaysInACudaGraph) {
   auto& be = dynamic_cast<CudaBackend&>(*gpu_);
   const int d = 128, hkv = 2, hq = 8;
   Scenario s = make_scenario(rng_, {{1, 3000}, {1, 70}, {1, 900}});
+  gpu_->reserve_steps(s.limits(hq, hkv, d));  // sizes the split workspace
   for (DType dt : {DType::kBF16, DType::kFP8E4M3}) {
-    auto cache = gpu_->create_kv_cache({1, hkv, d, dt, s.num_slots}, KvScales::ones(1, hkv));
+    auto cache = gpu_->create_kv_cache(s.kv_config(hkv, d, dt), KvScales::ones(1, hkv));
     const KvLayer l = cache->layer(0);
     const int64_t nf = s.fill.num_tokens(), t = s.step.num_tokens();
     auto k = to_device(*gpu_, HostArray(DType::kBF16, rng_.normals(static_cast<size_t>(nf * hkv * d))));
-    gpu_->kv_store(k.view({nf, hkv, d}), k.view({nf, hkv, d}), gpu_->upload_batch(s.fill), l);
+    gpu_->kv_store(k.view({nf, hkv, d}), k.view({nf, hkv, d}), gpu_->upload_batch(s.fill, *cache), l);
     auto q = to_device(*gpu_, HostArray(DType::kBF16, rng_.normals(static_cast<size_t>(t * hq * d))));
     auto kn = to_device(*gpu_, HostArray(DType::kBF16, rng_.normals(static_cast<size_t>(t * hkv * d))));
     const size_t n = static_cast<size_t>(t * hq * d);
     Buffer direct(*gpu_, n * 2), graphed(*gpu_, n * 2);
-    const DeviceBatch b = gpu_->upload_batch(s.step);
+    const DeviceBatch b = gpu_->upload_batch(s.step, *cache);  // also plans the step
     const auto step = [&](Buffer& out) {
       gpu_->kv_store(kn.view({t, hkv, d}), kn.view({t, hkv, d}), b, l);
       gpu_->attention(q.view({t, hq, d}), l, b, 0.1f, out.view(DType::kBF16, {t, hq, d}));
     };
-    step(direct);  // also plans the step and sizes the split workspace
+    step(direct);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(be.stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -83,17 +83,6 @@ struct AttnCase {
 };
 
 void run() {
-  // Each decode kernel and the simple prefill kernel beside the defaults.
-  const auto make = [](const char* decode, const char* prefill) {
-    setenv("SERVE8_CUDA_DECODE", decode, 1);
-    setenv("SERVE8_CUDA_PREFILL", prefill, 1);
-    auto b = create_backend("cuda");
-    unsetenv("SERVE8_CUDA_DECODE");
-    unsetenv("SERVE8_CUDA_PREFILL");
-    return b;
-  };
-  auto tc_owner = make("tensor-cores", "simple");
-  auto cc_owner = make("cuda-cores", "simple");
   auto be_owner = create_backend("cuda");
   auto& be = dynamic_cast<CudaBackend&>(*be_owner);
   const cudaStream_t s = be.stream();
@@ -155,35 +144,36 @@ void run() {
   const AttnCase cases[] = {{"decode B=1 kv=32768", 1, 1, 32768},     {"decode B=16 kv=4096", 16, 1, 4096},
                             {"decode B=64 kv=1024", 64, 1, 1024},     {"decode B=128 kv=2048", 128, 1, 2048},
                             {"prefill B=1 q=kv=4096", 1, 4096, 4096}, {"extend B=4 q=512 kv=2048", 4, 512, 2048}};
+  StepLimits limits{0, 0, hq, hkv, d};
+  for (const AttnCase& c : cases) {
+    limits.max_tokens = std::max(limits.max_tokens, c.batch * c.q_len);
+    limits.max_seqs = std::max(limits.max_seqs, c.batch);
+  }
+  be.reserve_steps(limits);
   std::printf("\n%-26s %-9s %9s %10s %8s %10s\n", "attention (32/8 heads, d128)", "kv", "ms", "GB/s", "%copy",
               "TFLOP/s");
   for (const AttnCase& c : cases) {
     const int64_t tokens = int64_t{c.batch} * c.kv_len;
-    ForwardBatch fb;
     std::vector<int32_t> perm(static_cast<size_t>(tokens));
     std::iota(perm.begin(), perm.end(), 1);
     std::shuffle(perm.begin(), perm.end(), gen);  // page size 1, slots scattered
-    fb.qo_indptr = fb.kv_indptr = {0};
+    ForwardBatch fb;  // sequence b on table row b, a fresh row: all its slots are new
     for (int b = 0; b < c.batch; ++b) {
-      for (int i = c.kv_len - c.q_len; i < c.kv_len; ++i) {
-        fb.tokens.push_back(1);
-        fb.positions.push_back(i);
-        fb.out_slots.push_back(perm[static_cast<size_t>(int64_t{b} * c.kv_len + i)]);
-      }
-      fb.kv_indices.insert(fb.kv_indices.end(), perm.begin() + int64_t{b} * c.kv_len,
-                           perm.begin() + int64_t{b + 1} * c.kv_len);
-      fb.qo_indptr.push_back(fb.qo_indptr.back() + c.q_len);
-      fb.kv_indptr.push_back(fb.kv_indptr.back() + c.kv_len);
+      fb.add_sequence(b, c.kv_len, std::vector<int32_t>(static_cast<size_t>(c.q_len), 1),
+                      std::span<const int32_t>(perm.data() + int64_t{b} * c.kv_len, static_cast<size_t>(c.kv_len)));
     }
     const int64_t t = fb.num_tokens();
     Buffer q(be, size_t(t) * hq * d * 2), out(be, size_t(t) * hq * d * 2);
     fill_random(be, q.data(), q.bytes(), DType::kBF16, gen);
     for (DType dt : {DType::kBF16, DType::kFP8E4M3, DType::kFP8E5M2}) {
-      auto cache = be.create_kv_cache({1, hkv, d, dt, tokens + 1}, KvScales::ones(1, hkv));
+      KvCacheConfig cfg{1, hkv, d, dt, tokens + 1};
+      cfg.max_requests = c.batch;
+      cfg.max_context_len = c.kv_len;
+      auto cache = be.create_kv_cache(cfg, KvScales::ones(1, hkv));
       const KvLayer l = cache->layer(0);
       fill_random(be, l.k.data, l.k.nbytes(), dt, gen);
       fill_random(be, l.v.data, l.v.nbytes(), dt, gen);
-      const DeviceBatch db = be.upload_batch(fb);
+      const DeviceBatch db = be.upload_batch(fb, *cache);
       const Tensor tq = q.view(DType::kBF16, {t, hq, d}), to = out.view(DType::kBF16, {t, hq, d});
       const double ms = time_ms(s, 20, [&] { be.attention(tq, l, db, 0.088f, to); });
       const double bytes = static_cast<double>(tokens) * hkv * d * 2 * dtype_size(dt) + 2.0 * t * hq * d * 2;
@@ -192,17 +182,6 @@ void run() {
         for (int i = 0; i < c.q_len; ++i) flops += 4.0 * hq * d * (c.kv_len - c.q_len + i + 1);
       std::printf("%-26s %-9s %9.3f %10.0f %8.1f %10.1f\n", c.name, std::string(dtype_name(dt)).c_str(), ms,
                   bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs, flops / ms / 1e9);
-      for (Backend* other : {tc_owner.get(), cc_owner.get()}) {
-        if (c.q_len > 1 && other == cc_owner.get()) continue;  // the same simple prefill
-        auto& alt = dynamic_cast<CudaBackend&>(*other);
-        const DeviceBatch adb = alt.upload_batch(fb);
-        const double ams = time_ms(alt.stream(), 20, [&] { alt.attention(tq, l, adb, 0.088f, to); });
-        const char* label = c.q_len > 1               ? "  (simple prefill)"
-                            : other == tc_owner.get() ? "  (tensor-core decode)"
-                                                      : "  (cuda-core decode)";
-        std::printf("%-26s %-9s %9.3f %10.0f %8.1f %10.1f\n", label, std::string(dtype_name(dt)).c_str(), ams,
-                    bytes / ams / 1e6, 100.0 * bytes / ams / 1e6 / copy_gbs, flops / ams / 1e9);
-      }
     }
   }
 }

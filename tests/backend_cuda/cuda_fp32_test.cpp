@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <span>
 #include <string>
 #include <tuple>
 
@@ -172,26 +173,21 @@ TEST_F(CudaFp32Test, KvStoreIsBitIdenticalToCpu) {
         const float extremes[] = {1e30f, -1e30f, INFINITY, -INFINITY, NAN, 1e-30f, -3e-8f, 448.5f, 57344.0f, 0.0f};
         for (size_t i = 0; i < std::size(extremes); ++i) kv[static_cast<size_t>(offset) + i * 7] = extremes[i];
         HostArray k(DType::kF32, kv), v(DType::kF32, rng_.normals(kv.size(), 100.0f));
-        ForwardBatch fb;
         std::vector<int32_t> perm(static_cast<size_t>(slots - 1));
         std::iota(perm.begin(), perm.end(), 1);
         std::shuffle(perm.begin(), perm.end(), rng_.gen());
-        for (int64_t i = 0; i < t; ++i) {
-          fb.tokens.push_back(0);
-          fb.positions.push_back(static_cast<int32_t>(i));
-          fb.out_slots.push_back(perm[static_cast<size_t>(i)]);
-          fb.kv_indices.push_back(perm[static_cast<size_t>(i)]);
-        }
-        fb.qo_indptr = {0, static_cast<int32_t>(t)};
-        fb.kv_indptr = {0, static_cast<int32_t>(t)};
+        ForwardBatch fb;  // one prompt of t tokens on table row 0, its slots scattered
+        fb.add_sequence(0, static_cast<int>(t), std::vector<int32_t>(static_cast<size_t>(t), 0),
+                        std::span<const int32_t>(perm.data(), static_cast<size_t>(t)));
+        gpu_->reserve_steps(StepLimits{static_cast<int>(t), 1, hkv, hkv, static_cast<int>(d)});
         auto dk = to_device(*gpu_, k), dv = to_device(*gpu_, v);
         const auto at = [&](const test::DeviceArray& a) {
           return Tensor(static_cast<float*>(a.buf.data()) + offset, DType::kF32, {t, hkv, d});
         };
-        gpu_->kv_store(at(dk), at(dv), gpu_->upload_batch(fb), gc->layer(0));
+        gpu_->kv_store(at(dk), at(dv), gpu_->upload_batch(fb, *gc), gc->layer(0));
         cpu_->kv_store(Tensor(reinterpret_cast<float*>(k.bytes.data()) + offset, DType::kF32, {t, hkv, d}),
                        Tensor(reinterpret_cast<float*>(v.bytes.data()) + offset, DType::kF32, {t, hkv, d}),
-                       cpu_->upload_batch(fb), cc->layer(0));
+                       cpu_->upload_batch(fb, *cc), cc->layer(0));
         for (int which = 0; which < 2; ++which) {
           const Tensor g = which ? gc->layer(0).v : gc->layer(0).k;
           const Tensor c = which ? cc->layer(0).v : cc->layer(0).k;
@@ -227,7 +223,8 @@ TEST_P(CudaFp32AttentionTest, RaggedBatchesMatchCpu) {
     KvScales scales = KvScales::ones(1, hkv);
     for (auto& x : scales.k) x = rng_.uniform(0.5f, 2.0f);
     for (auto& x : scales.v) x = rng_.uniform(0.5f, 2.0f);
-    const KvCacheConfig cfg{1, hkv, d, dt, s.num_slots};
+    const KvCacheConfig cfg = s.kv_config(hkv, d, dt);
+    gpu_->reserve_steps(s.limits(hq, hkv, d));
     auto gc = gpu_->create_kv_cache(cfg, scales);
     auto cc = cpu_->create_kv_cache(cfg, scales);
     const KvLayer gl = gc->layer(0), cl = cc->layer(0);
@@ -236,8 +233,8 @@ TEST_P(CudaFp32AttentionTest, RaggedBatchesMatchCpu) {
     HostArray v(DType::kF32, rng_.normals(static_cast<size_t>(nf * hkv * d)));
     {
       auto dk = to_device(*gpu_, k), dv = to_device(*gpu_, v);
-      gpu_->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), gpu_->upload_batch(s.fill), gl);
-      cpu_->kv_store(k.view({nf, hkv, d}), v.view({nf, hkv, d}), cpu_->upload_batch(s.fill), cl);
+      gpu_->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), gpu_->upload_batch(s.fill, *gc), gl);
+      cpu_->kv_store(k.view({nf, hkv, d}), v.view({nf, hkv, d}), cpu_->upload_batch(s.fill, *cc), cl);
     }
     const int64_t t = s.step.num_tokens();
     const size_t n = static_cast<size_t>(t * hq * d);
@@ -246,11 +243,11 @@ TEST_P(CudaFp32AttentionTest, RaggedBatchesMatchCpu) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     Buffer out(*gpu_, n * 4);
     test::poison(*gpu_, out.data(), n * 4);
-    const DeviceBatch gb = gpu_->upload_batch(s.step);
+    const DeviceBatch gb = gpu_->upload_batch(s.step, *gc);
     gpu_->attention(dq.view({t, hq, d}), gl, gb, scale, out.view(DType::kF32, {t, hq, d}));
     const HostArray got = to_host(*gpu_, out.data(), DType::kF32, n);
     HostArray ref(DType::kF32, n);
-    cpu_->attention(q.view({t, hq, d}), cl, cpu_->upload_batch(s.step), scale, ref.view({t, hq, d}));
+    cpu_->attention(q.view({t, hq, d}), cl, cpu_->upload_batch(s.step, *cc), scale, ref.view({t, hq, d}));
     EXPECT_LT(rel_error(got.values(), ref.values()), kAttentionTol)
         << "batch " << bi << " D=" << d << " group=" << group << " kv=" << dtype_name(dt);
     // Run again: the same bits.
@@ -291,10 +288,14 @@ TEST_F(CudaFp32Test, UnsupportedCombinationsAreErrors) {
   Rng rng(9);
   const Scenario s = make_scenario(rng, {{2, 4}});
   auto bf16 = create_backend("cuda", DType::kBF16);
-  auto cache = bf16->create_kv_cache({1, 2, 96, DType::kBF16, s.num_slots}, ones);
+  auto cache = bf16->create_kv_cache(s.kv_config(2, 96, DType::kBF16), ones);
+  // gpu_ uploads into the bf16 backend's table; a pool of its own sizes its batch arrays.
+  auto f32cache = gpu_->create_kv_cache(s.kv_config(2, 8, DType::kF32), ones);
   Buffer q(*gpu_, static_cast<size_t>(2 * 4 * 96 * 4));
   for (Backend* be : {gpu_.get(), bf16.get()}) {
-    const DeviceBatch b = be->upload_batch(s.step);
+    be->reserve_steps(s.limits(4, 2, 96));
+    be->upload_batch(s.fill, *cache);
+    const DeviceBatch b = be->upload_batch(s.step, *cache);
     expect_error(
         [&] {
           be->attention(q.view(DType::kF32, {2, 4, 96}), cache->layer(0), b, 0.1f, q.view(DType::kF32, {2, 4, 96}));
@@ -302,10 +303,11 @@ TEST_F(CudaFp32Test, UnsupportedCombinationsAreErrors) {
         "head dims 8, 16, 32, 64 and 128");
   }
   // bf16 compute refuses an fp32 pool; bf16 K/V or q refuse an fp32 pool made by fp32 compute.
-  expect_error([&] { bf16->create_kv_cache({1, 2, 8, DType::kF32, s.num_slots}, ones); }, "--dtype float32");
-  auto f32cache = gpu_->create_kv_cache({1, 2, 8, DType::kF32, s.num_slots}, ones);
+  expect_error([&] { bf16->create_kv_cache(s.kv_config(2, 8, DType::kF32), ones); }, "--dtype float32");
   Buffer kv16(*gpu_, static_cast<size_t>(2 * 2 * 8 * 2));
-  const DeviceBatch b = gpu_->upload_batch(s.step);
+  gpu_->reserve_steps(s.limits(4, 2, 8));
+  gpu_->upload_batch(s.fill, *f32cache);
+  const DeviceBatch b = gpu_->upload_batch(s.step, *f32cache);
   expect_error(
       [&] {
         gpu_->kv_store(kv16.view(DType::kBF16, {2, 2, 8}), kv16.view(DType::kBF16, {2, 2, 8}), b, f32cache->layer(0));

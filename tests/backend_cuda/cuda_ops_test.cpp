@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <span>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -38,45 +39,119 @@ TEST_F(CudaBackendTest, MemoryIsZeroedAndRoundTrips) {
   EXPECT_EQ(back, h);
 }
 
-TEST_F(CudaBackendTest, UploadBatch) {
-  ForwardBatch fb;
-  fb.tokens = {5, 6, 7, 8, 9};
-  fb.positions = {0, 1, 2, 10, 4};
-  fb.out_slots = {3, 4, 5, 9, 12};
-  fb.qo_indptr = {0, 3, 4, 5};
-  fb.kv_indptr = {0, 3, 14, 19};
-  fb.kv_indices.resize(19);
-  std::iota(fb.kv_indices.begin(), fb.kv_indices.end(), 100);
-  const DeviceBatch d = gpu_->upload_batch(fb);
-  EXPECT_EQ(d.num_seqs, 3);
-  EXPECT_EQ(d.num_tokens, 5);
-  EXPECT_EQ(d.max_q_len, 3);
-  EXPECT_EQ(d.max_kv_len, 11);
+// upload_batch writes each sequence's new slots into its row of the KV cache's request -> slot
+// table and reads kv_indices back from the table: a later step on the same rows sends only its new
+// tokens' slots and still sees every slot. The fixed arrays keep their addresses from step to step
+// (CUDA graphs replay fixed addresses), and a batch that does not fit is refused.
+TEST_F(CudaBackendTest, UploadBatchKeepsSlotsInTheTable) {
   const auto get = [&](const Tensor& t) {
     std::vector<int32_t> v(static_cast<size_t>(t.numel()));
     gpu_->copy_to_host(v.data(), t.data, v.size() * 4);
     return v;
   };
-  EXPECT_EQ(get(d.tokens), fb.tokens);
-  EXPECT_EQ(get(d.positions), fb.positions);
-  EXPECT_EQ(get(d.out_slots), fb.out_slots);
-  EXPECT_EQ(get(d.qo_indptr), fb.qo_indptr);
-  EXPECT_EQ(get(d.kv_indptr), fb.kv_indptr);
-  EXPECT_EQ(get(d.kv_indices), fb.kv_indices);
+  const auto iota = [](int32_t first, int n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    std::iota(v.begin(), v.end(), first);
+    return v;
+  };
+  const auto concat = [](std::initializer_list<std::vector<int32_t>> parts) {
+    std::vector<int32_t> v;
+    for (const auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+    return v;
+  };
+  KvCacheConfig cfg{1, 2, 64, DType::kBF16, 100};
+  cfg.max_requests = 3;
+  cfg.max_context_len = 16;
+  auto cache = gpu_->create_kv_cache(cfg, KvScales::ones(1, 2));
+  // Uploading before reserve_steps is refused.
+  ForwardBatch fb;
+  fb.add_sequence(2, 3, std::vector<int32_t>{5, 6, 7}, iota(3, 3));  // a prompt of 3 on row 2
+  EXPECT_THROW(gpu_->upload_batch(fb, *cache), Error);
+  gpu_->reserve_steps(StepLimits{6, 3, 4, 2, 64});
+
+  // Step 1: fresh rows send all their slots (row 0: a cached prefix of 10, then one new token; row
+  // 3, the padding row: a decode row of 5).
+  fb.add_sequence(0, 11, std::vector<int32_t>{8}, iota(20, 11));
+  fb.add_sequence(cfg.padding_row(), 5, std::vector<int32_t>{9}, iota(40, 5));
+  const DeviceBatch d = gpu_->upload_batch(fb, *cache);
+  EXPECT_EQ(d.num_seqs, 3);
+  EXPECT_EQ(d.num_tokens, 5);
+  EXPECT_EQ(d.max_q_len, 3);
+  EXPECT_EQ(d.max_kv_len, 11);
+  EXPECT_EQ(get(d.tokens), (std::vector<int32_t>{5, 6, 7, 8, 9}));
+  EXPECT_EQ(get(d.positions), (std::vector<int32_t>{0, 1, 2, 10, 4}));
+  EXPECT_EQ(get(d.out_slots), (std::vector<int32_t>{3, 4, 5, 30, 44}));
+  EXPECT_EQ(get(d.qo_indptr), (std::vector<int32_t>{0, 3, 4, 5}));
+  EXPECT_EQ(get(d.kv_indptr), (std::vector<int32_t>{0, 3, 14, 19}));
+  EXPECT_EQ(get(d.kv_indices), concat({iota(3, 3), iota(20, 11), iota(40, 5)}));
   EXPECT_EQ(get(d.last_token_rows), (std::vector<int32_t>{2, 3, 4}));
-  // A second, smaller batch reuses the same buffers (CUDA graphs replay fixed addresses).
-  ForwardBatch small = fb;
-  small.tokens.resize(3);
-  small.positions.resize(3);
-  small.out_slots.resize(3);
-  small.qo_indptr = {0, 3};
-  small.kv_indptr = {0, 3};
-  small.kv_indices.resize(3);
-  const DeviceBatch d2 = gpu_->upload_batch(small);
+  // The table holds the rows' slots in position order.
+  const Tensor table = cache->req_to_token();
+  ASSERT_EQ(table.ndim, 2);
+  ASSERT_EQ(table.dim(0), cfg.max_requests + 1);
+  ASSERT_EQ(table.dim(1), cfg.max_context_len);
+  const std::vector<int32_t> rows = get(table);
+  const auto row = [&](int r, int n) {
+    const auto first = rows.begin() + static_cast<std::ptrdiff_t>(r) * cfg.max_context_len;
+    return std::vector<int32_t>(first, first + n);
+  };
+  EXPECT_EQ(row(2, 3), iota(3, 3));
+  EXPECT_EQ(row(0, 11), iota(20, 11));
+  EXPECT_EQ(row(3, 5), iota(40, 5));
+  EXPECT_EQ(row(1, 16), std::vector<int32_t>(16, 0));  // untouched
+
+  // Step 2, on the same rows (in another order): only the new tokens' slots; kv_indices still
+  // lists every slot of each sequence, from the table.
+  ForwardBatch next;
+  next.add_sequence(0, 13, std::vector<int32_t>{10, 11}, std::vector<int32_t>{31, 32});  // extend by 2
+  next.add_sequence(2, 4, std::vector<int32_t>{12}, std::vector<int32_t>{6});             // decode
+  const DeviceBatch d2 = gpu_->upload_batch(next, *cache);
+  EXPECT_EQ(get(d2.tokens), (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(get(d2.positions), (std::vector<int32_t>{11, 12, 3}));
+  EXPECT_EQ(get(d2.out_slots), (std::vector<int32_t>{31, 32, 6}));
+  EXPECT_EQ(get(d2.kv_indptr), (std::vector<int32_t>{0, 13, 17}));
+  EXPECT_EQ(get(d2.kv_indices), concat({iota(20, 13), iota(3, 4)}));
+  EXPECT_EQ(get(d2.last_token_rows), (std::vector<int32_t>{1, 2}));
+  // The same fixed arrays (CUDA graphs replay fixed addresses).
   EXPECT_EQ(d2.tokens.data, d.tokens.data);
+  EXPECT_EQ(d2.positions.data, d.positions.data);
+  EXPECT_EQ(d2.out_slots.data, d.out_slots.data);
+  EXPECT_EQ(d2.qo_indptr.data, d.qo_indptr.data);
+  EXPECT_EQ(d2.kv_indptr.data, d.kv_indptr.data);
   EXPECT_EQ(d2.kv_indices.data, d.kv_indices.data);
-  fb.qo_indptr = {0, 3, 5, 4};
-  EXPECT_THROW(gpu_->upload_batch(fb), Error);
+  EXPECT_EQ(d2.last_token_rows.data, d.last_token_rows.data);
+
+  // Step 3: row 2 taken by a new request (a fresh row sends all its slots: a radix-cache hit of 2,
+  // then a prompt of 2), whose slots replace the old ones; row 0 fills up to the full row length,
+  // sending the slots of 3 positions the table lacks for 1 new token.
+  ForwardBatch reuse;
+  reuse.add_sequence(2, 4, std::vector<int32_t>{13, 14}, std::vector<int32_t>{50, 51, 52, 53});
+  reuse.add_sequence(0, 16, std::vector<int32_t>{15}, std::vector<int32_t>{33, 34, 35});
+  const DeviceBatch d3 = gpu_->upload_batch(reuse, *cache);
+  EXPECT_EQ(get(d3.out_slots), (std::vector<int32_t>{52, 53, 35}));
+  EXPECT_EQ(get(d3.positions), (std::vector<int32_t>{2, 3, 15}));
+  EXPECT_EQ(get(d3.kv_indices), concat({iota(50, 4), iota(20, 16)}));
+
+  // Batches that do not fit: arrays that disagree, a row past the padding row, a sequence longer
+  // than a row, a slot outside the pool, more tokens or sequences than reserved.
+  ForwardBatch bad = fb;
+  bad.qo_indptr = {0, 3, 5, 4};
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);
+  bad.clear();
+  bad.add_sequence(cfg.padding_row() + 1, 1, std::vector<int32_t>{1}, std::vector<int32_t>{1});
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);
+  bad.clear();
+  bad.add_sequence(1, cfg.max_context_len + 1, std::vector<int32_t>{1}, std::vector<int32_t>{1});
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);
+  bad.clear();
+  bad.add_sequence(1, 2, std::vector<int32_t>{1}, std::vector<int32_t>{1, static_cast<int32_t>(cfg.num_slots)});
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);
+  bad.clear();
+  bad.add_sequence(1, 7, std::vector<int32_t>(7, 1), iota(60, 7));  // 7 tokens, 6 reserved
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);
+  bad.clear();
+  for (int r = 0; r < 4; ++r) bad.add_sequence(r % 3, 1, std::vector<int32_t>{1}, std::vector<int32_t>{1});
+  EXPECT_THROW(gpu_->upload_batch(bad, *cache), Error);  // 4 sequences, 3 reserved
 }
 
 TEST_F(CudaBackendTest, EmbeddingAndGatherAreExactCopies) {
@@ -220,21 +295,16 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
       const float extremes[] = {1e30f, -1e30f, INFINITY, -INFINITY, NAN, 1e-30f, -3e-8f, 448.5f, 57344.0f, 0.0f};
       for (size_t i = 0; i < std::size(extremes); ++i) kv[i * 7] = extremes[i];
       HostArray k(DType::kBF16, kv), v(DType::kBF16, rng_.normals(kv.size(), 100.0f));
-      ForwardBatch fb;
       std::vector<int32_t> perm(static_cast<size_t>(slots - 1));
       std::iota(perm.begin(), perm.end(), 1);
       std::shuffle(perm.begin(), perm.end(), rng_.gen());
-      for (int64_t i = 0; i < t; ++i) {
-        fb.tokens.push_back(0);
-        fb.positions.push_back(static_cast<int32_t>(i));
-        fb.out_slots.push_back(perm[static_cast<size_t>(i)]);
-        fb.kv_indices.push_back(perm[static_cast<size_t>(i)]);
-      }
-      fb.qo_indptr = {0, static_cast<int32_t>(t)};
-      fb.kv_indptr = {0, static_cast<int32_t>(t)};
+      ForwardBatch fb;  // one prompt of t tokens on table row 0, its slots scattered
+      fb.add_sequence(0, static_cast<int>(t), std::vector<int32_t>(static_cast<size_t>(t), 0),
+                      std::span<const int32_t>(perm.data(), static_cast<size_t>(t)));
+      gpu_->reserve_steps(StepLimits{static_cast<int>(t), 1, hkv, hkv, static_cast<int>(d)});
       auto dk = to_device(*gpu_, k), dv = to_device(*gpu_, v);
-      gpu_->kv_store(dk.view({t, hkv, d}), dv.view({t, hkv, d}), gpu_->upload_batch(fb), gc->layer(1));
-      cpu_->kv_store(k.view({t, hkv, d}), v.view({t, hkv, d}), cpu_->upload_batch(fb), cc->layer(1));
+      gpu_->kv_store(dk.view({t, hkv, d}), dv.view({t, hkv, d}), gpu_->upload_batch(fb, *gc), gc->layer(1));
+      cpu_->kv_store(k.view({t, hkv, d}), v.view({t, hkv, d}), cpu_->upload_batch(fb, *cc), cc->layer(1));
       for (int which = 0; which < 2; ++which) {
         const Tensor g = which ? gc->layer(1).v : gc->layer(1).k;
         const Tensor c = which ? cc->layer(1).v : cc->layer(1).k;

@@ -26,12 +26,8 @@ std::vector<std::vector<float>> decode_logits(DType kv_dtype, const std::vector<
   std::vector<std::vector<float>> out;
   ForwardBatch b;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    b.tokens = {tokens[i]};
-    b.positions = {static_cast<int32_t>(i)};
-    b.out_slots = {static_cast<int32_t>(i + 1)};
-    b.qo_indptr = {0, 1};
-    b.kv_indices.push_back(static_cast<int32_t>(i + 1));
-    b.kv_indptr = {0, static_cast<int32_t>(i + 1)};
+    b.clear();
+    b.add_sequence(0, static_cast<int>(i + 1), std::span(&tokens[i], 1), std::vector<int32_t>{static_cast<int32_t>(i + 1)});
     Tensor logits = model->forward(b, *kv);
     std::vector<float> host(static_cast<size_t>(mc.vocab_size));
     backend->copy_to_host(host.data(), logits.data, host.size() * sizeof(float));

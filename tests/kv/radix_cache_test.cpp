@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "kv/req_to_token.h"
 #include "kv/slot_allocator.h"
 
 namespace serve8 {
@@ -301,39 +300,36 @@ TEST(RadixCache, DisabledCachesNothing) {
 // prefill step: every slot ends up either free or in the tree.
 TEST(RadixCache, RequestLifecycleConservesSlots) {
   SlotAllocator a(32);
-  ReqToTokenTable t(4, 64);
   RadixCache c;
-  auto admit = [&](const Tokens& p, RadixCache::NodeHandle& node) {
+  auto admit = [&](const Tokens& p, RadixCache::NodeHandle& node, Slots& slots) {
     auto m = c.match_prefix(p, static_cast<int64_t>(p.size()) - 1);
     c.inc_ref(m.node);
     node = m.node;
     int64_t need = static_cast<int64_t>(p.size() - m.slots.size());
-    int row = t.allocate();
-    t.append(row, m.slots);
-    t.append(row, a.allocate(need));
-    return std::pair{row, m.slots.size()};
+    slots = m.slots;
+    const auto fresh = a.allocate(need);
+    slots.insert(slots.end(), fresh.begin(), fresh.end());
+    return m.slots.size();
   };
-  auto finish = [&](const Tokens& tokens, int row, RadixCache::NodeHandle node) {
-    auto kv = t.slots(row);
-    auto r = c.insert(std::span(tokens).first(kv.size()), kv);
+  auto finish = [&](const Tokens& tokens, Slots& slots, RadixCache::NodeHandle node) {
+    auto r = c.insert(std::span(tokens).first(slots.size()), slots);
     a.free(r.duplicates);
     c.dec_ref(node);
-    t.free(row);
+    slots.clear();
   };
 
   Tokens p1{1, 2, 3, 4, 5, 6};
   RadixCache::NodeHandle n1;
-  auto [row1, hit1] = admit(p1, n1);
-  EXPECT_EQ(hit1, 0u);
+  Slots s1, s2;
+  EXPECT_EQ(admit(p1, n1, s1), 0u);
   // Chunk boundary after 4 tokens: share them early.
   {
-    auto r = c.insert(std::span(p1).first(4), t.slots(row1).first(4));
+    auto r = c.insert(std::span(p1).first(4), std::span(s1).first(4));
     a.free(r.duplicates);
     Slots tree = c.slots(r.node);
-    Slots rest(t.slots(row1).begin() + 4, t.slots(row1).end());
-    t.truncate(row1, 0);
-    t.append(row1, tree);
-    t.append(row1, rest);
+    Slots rest(s1.begin() + 4, s1.end());
+    s1 = tree;
+    s1.insert(s1.end(), rest.begin(), rest.end());
     c.inc_ref(r.node);
     c.dec_ref(n1);
     n1 = r.node;
@@ -341,18 +337,17 @@ TEST(RadixCache, RequestLifecycleConservesSlots) {
   // Request 2 shares 1 2 3 4 and gets them while request 1 still runs.
   Tokens p2{1, 2, 3, 4, 9};
   RadixCache::NodeHandle n2;
-  auto [row2, hit2] = admit(p2, n2);
-  EXPECT_EQ(hit2, 4u);
+  EXPECT_EQ(admit(p2, n2, s2), 4u);
   EXPECT_EQ(c.protected_size(), 4);
   // Request 1 decodes one token, then both finish.
   Tokens out1 = p1;
   out1.push_back(7);
-  t.append(row1, a.allocate(1));
-  finish(out1, row1, n1);
-  finish(p2, row2, n2);
+  const auto one = a.allocate(1);
+  s1.insert(s1.end(), one.begin(), one.end());
+  finish(out1, s1, n1);
+  finish(p2, s2, n2);
 
   EXPECT_EQ(c.protected_size(), 0);
-  EXPECT_EQ(t.num_rows_used(), 0);
   EXPECT_EQ(a.num_slots_used(), c.total_size());  // nothing leaked
   EXPECT_EQ(c.total_size(), 8);                   // 1..7 and the 9 branch
   a.free(c.reset());

@@ -33,7 +33,8 @@ class HostMemoryBackend : public Backend {
   void synchronize() override {}
   size_t free_memory() const override { return 0; }
   std::unique_ptr<KvCache> create_kv_cache(const KvCacheConfig&, const KvScales&) override { unsupported(); }
-  DeviceBatch upload_batch(const ForwardBatch&) override { unsupported(); }
+  void reserve_steps(const StepLimits&) override {}  // nothing to size: no step ever runs
+  DeviceBatch upload_batch(const ForwardBatch&, KvCache&) override { unsupported(); }
   void embedding(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void rmsnorm(const Tensor&, const Tensor&, float, Tensor) override { unsupported(); }
   void add_rmsnorm(const Tensor&, Tensor, const Tensor&, float, Tensor) override { unsupported(); }

@@ -75,9 +75,16 @@ class CpuKvCache final : public KvCache {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
       v_.emplace_back(host_alloc_zeroed(layer_bytes));
     }
+    SERVE8_CHECK(config.max_requests > 0 && config.max_context_len > 0,
+                 "kv cache: the request table needs rows and a context length ({} x {})", config.max_requests,
+                 config.max_context_len);
+    table_.assign(static_cast<size_t>(config.max_requests + 1) * static_cast<size_t>(config.max_context_len), 0);
   }
 
   const KvCacheConfig& config() const override { return config_; }
+  Tensor req_to_token() const override {
+    return Tensor(const_cast<int32_t*>(table_.data()), DType::kI32, {config_.max_requests + 1, config_.max_context_len});
+  }
 
   KvLayer layer(int i) const override {
     SERVE8_CHECK(i >= 0 && i < config_.num_layers, "kv cache: layer {} out of range (the cache has {} layers)", i,
@@ -104,6 +111,7 @@ class CpuKvCache final : public KvCache {
   KvCacheConfig config_;
   KvScales scales_;
   std::vector<HostBytes> k_, v_;
+  std::vector<int32_t> table_;
 };
 
 std::string cpu_model_name() {
@@ -162,30 +170,46 @@ class CpuBackend final : public Backend {
     return std::make_unique<CpuKvCache>(config, scales);
   }
 
-  // The "device" arrays are the ForwardBatch's own vectors; only last_token_rows is computed, into
-  // storage that stays valid until the next upload (as the fixed buffers of the CUDA backend).
-  DeviceBatch upload_batch(const ForwardBatch& batch) override {
+  void reserve_steps(const StepLimits& limits) override { (void)limits; }
+
+  // The "device" arrays are the ForwardBatch's own vectors where they exist; the table update and
+  // the arrays made from it go into storage that stays valid until the next upload (as the fixed
+  // buffers of the CUDA backend).
+  DeviceBatch upload_batch(const ForwardBatch& batch, KvCache& kv) override {
     batch.validate();
+    const KvCacheConfig& c = kv.config();
+    check_batch_fits(batch, c);
     const auto view = [](const std::vector<int32_t>& v) {
       return Tensor(const_cast<int32_t*>(v.data()), DType::kI32, {static_cast<int64_t>(v.size())});
     };
+    int32_t* table = kv.req_to_token().ptr<int32_t>();
+    const int n = batch.num_seqs();
+    out_slots_.clear();
+    kv_indices_.clear();
+    last_token_rows_.resize(static_cast<size_t>(n));
     DeviceBatch d;
+    for (int b = 0; b < n; ++b) {
+      const auto bi = static_cast<size_t>(b);
+      const int q = batch.qo_indptr[bi + 1] - batch.qo_indptr[bi];
+      const int kv_len = batch.kv_indptr[bi + 1] - batch.kv_indptr[bi];
+      const int32_t s0 = batch.new_slot_indptr[bi], s1 = batch.new_slot_indptr[bi + 1];
+      int32_t* row = table + static_cast<size_t>(batch.req_rows[bi]) * static_cast<size_t>(c.max_context_len);
+      std::copy(batch.new_slots.begin() + s0, batch.new_slots.begin() + s1, row + kv_len - (s1 - s0));
+      kv_indices_.insert(kv_indices_.end(), row, row + kv_len);
+      out_slots_.insert(out_slots_.end(), row + kv_len - q, row + kv_len);
+      last_token_rows_[bi] = batch.qo_indptr[bi + 1] - 1;
+      d.max_q_len = std::max(d.max_q_len, q);
+      d.max_kv_len = std::max(d.max_kv_len, kv_len);
+    }
     d.host = &batch;
     d.tokens = view(batch.tokens);
     d.positions = view(batch.positions);
-    d.out_slots = view(batch.out_slots);
+    d.out_slots = view(out_slots_);
     d.qo_indptr = view(batch.qo_indptr);
     d.kv_indptr = view(batch.kv_indptr);
-    d.kv_indices = view(batch.kv_indices);
-    d.num_seqs = batch.num_seqs();
+    d.kv_indices = view(kv_indices_);
+    d.num_seqs = n;
     d.num_tokens = batch.num_tokens();
-    last_token_rows_.resize(static_cast<size_t>(d.num_seqs));
-    for (int b = 0; b < d.num_seqs; ++b) {
-      const auto bi = static_cast<size_t>(b);
-      last_token_rows_[bi] = batch.qo_indptr[bi + 1] - 1;
-      d.max_q_len = std::max(d.max_q_len, batch.qo_indptr[bi + 1] - batch.qo_indptr[bi]);
-      d.max_kv_len = std::max(d.max_kv_len, batch.kv_indptr[bi + 1] - batch.kv_indptr[bi]);
-    }
     d.last_token_rows = view(last_token_rows_);
     return d;
   }
@@ -215,7 +239,7 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  std::vector<int32_t> last_token_rows_;
+  std::vector<int32_t> last_token_rows_, out_slots_, kv_indices_;
 };
 
 }  // namespace

@@ -21,8 +21,7 @@
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
-// merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block), or in
-// attention_merge_kernel as for the other decode kernels (SERVE8_CUDA_DECODE_MERGE=kernel).
+// merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block).
 #pragma once
 
 #include <type_traits>
@@ -397,7 +396,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   }
   __syncthreads();
   if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
-  if (p.split_counters != nullptr && w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
+  if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
@@ -430,7 +429,7 @@ void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) 
   dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &dependent;
-  config.numAttrs = p.dependent_launch ? 1 : 0;
+  config.numAttrs = 1;
   SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_decode_stream_kernel<kKv, kD, kHeads>, p));
 }
 

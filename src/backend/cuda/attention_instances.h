@@ -7,24 +7,18 @@
 namespace serve8 {
 
 template <DType kKv>
-void launch_decode_typed(const AttentionParams& p, cudaStream_t stream);
-template <DType kKv>
-void launch_decode_mma_typed(const AttentionParams& p, cudaStream_t stream);
-template <DType kKv>
 void launch_decode_stream_typed(const AttentionParams& p, cudaStream_t stream);
 template <DType kKv>
 int decode_stream_blocks_per_sm(int head_dim, int heads_per_block);
 template <DType kKv>
-void launch_prefill_typed(const AttentionParams& p, bool pipelined, cudaStream_t stream);
+void launch_prefill_typed(const AttentionParams& p, cudaStream_t stream);
 template <DType kKv>
 void launch_generic_typed(const AttentionParams& p, cudaStream_t stream);
 
 #define SERVE8_EXTERN_ATTENTION(KV)                                                          \
-  extern template void launch_decode_typed<KV>(const AttentionParams&, cudaStream_t);        \
-  extern template void launch_decode_mma_typed<KV>(const AttentionParams&, cudaStream_t);    \
   extern template void launch_decode_stream_typed<KV>(const AttentionParams&, cudaStream_t); \
   extern template int decode_stream_blocks_per_sm<KV>(int, int);                             \
-  extern template void launch_prefill_typed<KV>(const AttentionParams&, bool, cudaStream_t); \
+  extern template void launch_prefill_typed<KV>(const AttentionParams&, cudaStream_t);       \
   extern template void launch_generic_typed<KV>(const AttentionParams&, cudaStream_t);
 SERVE8_EXTERN_ATTENTION(DType::kBF16)
 SERVE8_EXTERN_ATTENTION(DType::kF16)

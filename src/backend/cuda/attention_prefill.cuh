@@ -1,7 +1,7 @@
 // Prefill/extend attention on tensor cores (the generic kernel for small head dims is in
 // attention_generic.cuh).
 //
-// Prefill: a block of 8 (or 4) warps owns 128 (64) rows of one KV head, a row being one (new token, group
+// Prefill: a block of 8 warps owns 128 rows of one KV head, a row being one (new token, group
 // head) pair, so a K/V tile in shared memory serves every query head of the group. Per 64-token
 // KV tile: gather K and V rows by slot, dequantize once into padded shared memory (bf16 for a bf16
 // pool; fp16 for fp16 and FP8 pools, which hold only fp16 values, so nothing is rounded), S = Q·K^T with mma.sync
@@ -38,14 +38,13 @@ __device__ __forceinline__ uint32_t q_operand(const uint16_t* ptr) {
   }
 }
 
-// Rows of one prefill block: 16 per warp. The default kernel runs 8 warps (128 rows share each
-// K/V tile) and loads tile i + 1 into registers while the tensor cores work on tile i; the
-// simple one (4 warps, no prefetch; SERVE8_CUDA_PREFILL=simple) is kept for comparison.
-constexpr int kPrefillWarpsPipelined = 8;
-constexpr int kPrefillWarpsSimple = 4;
+// 128 rows share each K/V tile; tile i + 1 is loaded into registers while the tensor cores work
+// on tile i.
+constexpr int kPrefillWarps = kPrefillTileRows / 16;
 
-template <DType kKv, int kD, int kWarps, bool kPrefetch>
-__global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const AttentionParams p) {
+template <DType kKv, int kD>
+__global__ void __launch_bounds__(kPrefillWarps * 32) attention_prefill_kernel(const AttentionParams p) {
+  constexpr int kWarps = kPrefillWarps;
   using Raw8 = typename KvTraits<kKv>::Raw8;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
   constexpr int kThreads = kWarps * 32;
@@ -132,20 +131,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const At
   for (int dn = 0; dn < kD / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  if constexpr (kPrefetch) {
-    load_tile(0);
-    store_tile();
-  }
+  load_tile(0);
+  store_tile();
   for (int c0 = 0; c0 < kv_end; c0 += kBc) {
-    if constexpr (kPrefetch) {
-      __syncthreads();                             // tile c0 is in shared memory
-      if (c0 + kBc < kv_end) load_tile(c0 + kBc);  // in flight during the MMAs below
-    } else {
-      __syncthreads();  // the previous tile is consumed
-      load_tile(c0);
-      store_tile();
-      __syncthreads();
-    }
+    __syncthreads();                             // tile c0 is in shared memory
+    if (c0 + kBc < kv_end) load_tile(c0 + kBc);  // in flight during the MMAs below
 
     // S = Q · K^T for this warp's 16 rows and the tile's 64 tokens.
     float s[kBc / 8][4];
@@ -210,11 +200,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const At
         mma_16816<kF16>(o[dn + 1], a, vb[2], vb[3]);
       }
     }
-    if constexpr (kPrefetch) {
-      if (c0 + kBc < kv_end) {
-        __syncthreads();  // every warp is done with tile c0
-        store_tile();
-      }
+    if (c0 + kBc < kv_end) {
+      __syncthreads();  // every warp is done with tile c0
+      store_tile();
     }
   }
 
@@ -233,23 +221,14 @@ __global__ void __launch_bounds__(kWarps * 32) attention_prefill_kernel(const At
   }
 }
 
-// p.num_work tiles of kWarps * 16 rows each (the plan's tile size must match).
+// p.num_work tiles of kPrefillTileRows rows each (the plan cuts them).
 template <DType kKv>
-void launch_prefill_typed(const AttentionParams& p, bool pipelined, cudaStream_t stream) {
+void launch_prefill_typed(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.num_work, p.num_kv_heads);
-  constexpr int kWp = kPrefillWarpsPipelined, kWs = kPrefillWarpsSimple;
   if (p.head_dim == 128) {
-    if (pipelined) {
-      attention_prefill_kernel<kKv, 128, kWp, true><<<grid, kWp * 32, 0, stream>>>(p);
-    } else {
-      attention_prefill_kernel<kKv, 128, kWs, false><<<grid, kWs * 32, 0, stream>>>(p);
-    }
+    attention_prefill_kernel<kKv, 128><<<grid, kPrefillWarps * 32, 0, stream>>>(p);
   } else {
-    if (pipelined) {
-      attention_prefill_kernel<kKv, 64, kWp, true><<<grid, kWp * 32, 0, stream>>>(p);
-    } else {
-      attention_prefill_kernel<kKv, 64, kWs, false><<<grid, kWs * 32, 0, stream>>>(p);
-    }
+    attention_prefill_kernel<kKv, 64><<<grid, kPrefillWarps * 32, 0, stream>>>(p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("attention_prefill_kernel");
 }

@@ -4,7 +4,7 @@
 
 namespace serve8 {
 
-template void launch_prefill_typed<DType::kFP8E5M2>(const AttentionParams&, bool, cudaStream_t);
+template void launch_prefill_typed<DType::kFP8E5M2>(const AttentionParams&, cudaStream_t);
 template void launch_generic_typed<DType::kFP8E5M2>(const AttentionParams&, cudaStream_t);
 
 }  // namespace serve8

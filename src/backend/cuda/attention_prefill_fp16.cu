@@ -4,7 +4,7 @@
 
 namespace serve8 {
 
-template void launch_prefill_typed<DType::kF16>(const AttentionParams&, bool, cudaStream_t);
+template void launch_prefill_typed<DType::kF16>(const AttentionParams&, cudaStream_t);
 template void launch_generic_typed<DType::kF16>(const AttentionParams&, cudaStream_t);
 
 }  // namespace serve8

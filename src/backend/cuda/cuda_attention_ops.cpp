@@ -1,39 +1,16 @@
-// The CUDA backend's batch-shaped ops: upload_batch (fixed device buffers), kv_store and
-// attention (checks, the host-side plan, the launches).
+// The CUDA backend's batch-shaped ops: upload_batch (into fixed device arrays), kv_store and
+// attention (checks, then the attention unit's plan and run).
 #include <algorithm>
 #include <cmath>
 
-#include "backend/cuda/attention.h"
+#include "backend/cuda/attention_unit.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/decode_splits.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 
 namespace serve8 {
 namespace {
-
-int64_t pow2_at_least(int64_t n, int64_t floor) {
-  int64_t c = floor;
-  while (c < n) c *= 2;
-  return c;
-}
-
-// Where each int32 array of the batch sits in the batch buffer, for given capacities.
-struct BatchLayout {
-  int64_t tokens, positions, out_slots, token_seq, last_rows, qo_indptr, kv_indptr, kv_indices, end;
-  BatchLayout(int64_t token_cap, int64_t seq_cap, int64_t kv_cap) {
-    tokens = 0;
-    positions = token_cap;
-    out_slots = 2 * token_cap;
-    token_seq = 3 * token_cap;
-    last_rows = 4 * token_cap;
-    qo_indptr = last_rows + seq_cap;
-    kv_indptr = qo_indptr + seq_cap;
-    kv_indices = kv_indptr + seq_cap;
-    end = kv_indices + kv_cap;
-  }
-};
 
 struct KvGeometry {
   int64_t num_slots, heads, head_dim;
@@ -82,17 +59,21 @@ StagedBuffer::~StagedBuffer() {
 
 void StagedBuffer::reserve(size_t bytes, cudaStream_t stream) {
   if (!copied_) SERVE8_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-  if (bytes > capacity_) {
-    SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued kernels may still read the old one
-    if (host_) SERVE8_CUDA_CHECK(cudaFreeHost(host_));
-    if (device_) SERVE8_CUDA_CHECK(cudaFree(device_));
-    host_ = device_ = nullptr;
-    capacity_ = 0;
-    SERVE8_CUDA_CHECK(cudaMallocHost(&host_, bytes));
-    SERVE8_CUDA_CHECK(cudaMalloc(&device_, bytes));
-    capacity_ = bytes;
-  }
+  if (bytes <= capacity_) return;
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued kernels may still read the old one
+  if (host_) SERVE8_CUDA_CHECK(cudaFreeHost(host_));
+  if (device_) SERVE8_CUDA_CHECK(cudaFree(device_));
+  host_ = device_ = nullptr;
+  capacity_ = 0;
+  SERVE8_CUDA_CHECK(cudaMallocHost(&host_, bytes));
+  SERVE8_CUDA_CHECK(cudaMalloc(&device_, bytes));
+  capacity_ = bytes;
+}
+
+char* StagedBuffer::host() {
+  // A step ends with its sampled ids copied back, so the copy this waits for has long run.
   SERVE8_CUDA_CHECK(cudaEventSynchronize(copied_));
+  return host_;
 }
 
 void StagedBuffer::upload(size_t bytes, cudaStream_t stream) {
@@ -100,49 +81,118 @@ void StagedBuffer::upload(size_t bytes, cudaStream_t stream) {
   SERVE8_CUDA_CHECK(cudaEventRecord(copied_, stream));
 }
 
-DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch) {
+void CudaBackend::reserve_steps(const StepLimits& limits) {
+  SERVE8_CHECK(limits.max_tokens > 0 && limits.max_seqs > 0 && limits.max_seqs <= limits.max_tokens,
+               "reserve_steps: {} tokens and {} sequences a step (expected positive, sequences <= tokens)",
+               limits.max_tokens, limits.max_seqs);
+  limits_.max_tokens = std::max(limits_.max_tokens, limits.max_tokens);
+  limits_.max_seqs = std::max(limits_.max_seqs, limits.max_seqs);
+  limits_.num_q_heads = limits.num_q_heads;
+  limits_.num_kv_heads = limits.num_kv_heads;
+  limits_.head_dim = limits.head_dim;
+  attention_->reserve(limits_.max_seqs, limits.num_q_heads, limits.num_kv_heads, limits.head_dim);
+  reserve_batch_arrays();
+}
+
+// The fixed arrays, one after another in one allocation: per token, per sequence, the prefill
+// work list, then kv_indices. Padded CUDA-graph rows count as sequences of one KV entry.
+void CudaBackend::reserve_batch_arrays() {
+  if (limits_.max_tokens == 0) return;  // sized once the limits are known
+  const int64_t t = limits_.max_tokens, b = limits_.max_seqs;
+  const int group = limits_.num_kv_heads > 0 ? std::max(1, limits_.num_q_heads / limits_.num_kv_heads) : 1;
+  const int64_t w = max_prefill_work(limits_.max_tokens, limits_.max_seqs, group);
+  const int64_t kv = kv_capacity_ + b;
+  const int64_t total = 5 * t + 4 * (b + 1) + 2 * w + kv;
+  // The packed upload holds the same arrays (but out_slots, token_seq, last rows, kv_indices) and
+  // the new slots, at most one per KV entry.
+  staged_.reserve(static_cast<size_t>(2 * t + 3 * (b + 1) + 2 * w + kv) * sizeof(int32_t), stream_);
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (arrays_) SERVE8_CUDA_CHECK(cudaFree(arrays_));
+  arrays_ = nullptr;
+  SERVE8_CUDA_CHECK(cudaMalloc(&arrays_, static_cast<size_t>(total) * sizeof(int32_t)));
+  int32_t* p = arrays_;
+  const auto take = [&p](int64_t n) { return std::exchange(p, p + n); };
+  fixed_.out.tokens = take(t);
+  fixed_.out.positions = take(t);
+  fixed_.out_slots = take(t);
+  fixed_.token_seq = take(t);
+  take(t);  // keeps the per-sequence arrays 16-byte aligned whatever t
+  fixed_.out.qo_indptr = take(b + 1);
+  fixed_.out.kv_indptr = take(b + 1);
+  fixed_.last_token_rows = take(b + 1);
+  take(b + 1);
+  fixed_.out.work_seq = take(w);
+  fixed_.out.work_row0 = take(w);
+  fixed_.kv_indices = take(kv);
+  work_seq_.resize(static_cast<size_t>(w));
+  work_row0_.resize(static_cast<size_t>(w));
+  ++batch_generation_;  // a batch uploaded before points at the old arrays
+}
+
+DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch, KvCache& kv) {
   batch.validate();
-  const int64_t t = batch.num_tokens(), b = batch.num_seqs();
-  const int64_t nkv = static_cast<int64_t>(batch.kv_indices.size());
-  SERVE8_CHECK(t <= INT32_MAX / 4 && nkv <= INT32_MAX / 2, "upload_batch: {} tokens and {} kv indices are too many", t,
-               nkv);
-  // Capacities only grow (powers of two), so buffer addresses stay put from step to step.
-  token_cap_ = pow2_at_least(t, std::max<int64_t>(token_cap_, 256));
-  seq_cap_ = pow2_at_least(b + 1, std::max<int64_t>(seq_cap_, 64));
-  kv_cap_ = pow2_at_least(nkv, std::max<int64_t>(kv_cap_, 4096));
-  const BatchLayout lay(token_cap_, seq_cap_, kv_cap_);
-  batch_buf_.reserve(static_cast<size_t>(lay.end) * sizeof(int32_t), stream_);
-  auto* host = reinterpret_cast<int32_t*>(batch_buf_.host());
-  auto* dev = reinterpret_cast<int32_t*>(batch_buf_.device());
-  std::copy(batch.tokens.begin(), batch.tokens.end(), host + lay.tokens);
-  std::copy(batch.positions.begin(), batch.positions.end(), host + lay.positions);
-  std::copy(batch.out_slots.begin(), batch.out_slots.end(), host + lay.out_slots);
-  std::copy(batch.qo_indptr.begin(), batch.qo_indptr.end(), host + lay.qo_indptr);
-  std::copy(batch.kv_indptr.begin(), batch.kv_indptr.end(), host + lay.kv_indptr);
-  std::copy(batch.kv_indices.begin(), batch.kv_indices.end(), host + lay.kv_indices);
+  const KvCacheConfig& c = kv.config();
+  check_batch_fits(batch, c);
+  const int64_t t = batch.num_tokens(), b = batch.num_seqs(), n = static_cast<int64_t>(batch.new_slots.size());
+  const int64_t kv_total = batch.kv_indptr.back();
+  SERVE8_CHECK(limits_.max_tokens > 0, "upload_batch: reserve_steps was not called (the model does it when made)");
+  SERVE8_CHECK(t <= limits_.max_tokens && b <= limits_.max_seqs,
+               "upload_batch: {} tokens in {} sequences exceed the reserved {} / {}", t, b, limits_.max_tokens,
+               limits_.max_seqs);
+  SERVE8_CHECK(kv_total <= kv_capacity_ + limits_.max_seqs,
+               "upload_batch: {} KV entries exceed the {} of the largest KV cache's table", kv_total, kv_capacity_);
+  const Tensor table = kv.req_to_token();
+  // Pack: tokens, positions, qo_indptr, kv_indptr, req_rows, new_slot_indptr, work list, new slots.
+  auto* host = reinterpret_cast<int32_t*>(staged_.host());
+  auto* dev = reinterpret_cast<int32_t*>(staged_.device());
+  int64_t off = 0;
+  const auto put = [&](const std::vector<int32_t>& v) {
+    std::copy(v.begin(), v.end(), host + off);
+    return std::exchange(off, off + static_cast<int64_t>(v.size()));
+  };
+  BatchUnpackParams u = fixed_;
+  u.in.tokens = dev + put(batch.tokens);
+  u.in.positions = dev + put(batch.positions);
+  u.in.qo_indptr = dev + put(batch.qo_indptr);
+  u.in.kv_indptr = dev + put(batch.kv_indptr);
+  u.req_rows = dev + put(batch.req_rows);
+  u.new_slot_indptr = dev + put(batch.new_slot_indptr);
+  plan_ = attention_->plan(batch, c.dtype, work_seq_.data(), work_row0_.data());
+  u.num_work = plan_.prefill.num_work;
+  const auto put_work = [&](const std::vector<int32_t>& v) {
+    std::copy(v.begin(), v.begin() + u.num_work, host + off);
+    return std::exchange(off, off + u.num_work);
+  };
+  u.in.work_seq = dev + put_work(work_seq_);
+  u.in.work_row0 = dev + put_work(work_row0_);
+  u.new_slots = dev + put(batch.new_slots);
+  SERVE8_CHECK(static_cast<size_t>(off) * sizeof(int32_t) <= staged_.capacity(),
+               "upload_batch: {} new slots do not fit the staging buffer", n);
+  staged_.upload(static_cast<size_t>(off) * sizeof(int32_t), stream_);
+
   DeviceBatch d;
   d.host = &batch;
   d.num_seqs = static_cast<int>(b);
   d.num_tokens = static_cast<int>(t);
   for (int64_t s = 0; s < b; ++s) {
-    const int32_t q0 = batch.qo_indptr[static_cast<size_t>(s)], q1 = batch.qo_indptr[static_cast<size_t>(s + 1)];
-    for (int32_t i = q0; i < q1; ++i) host[lay.token_seq + i] = static_cast<int32_t>(s);
-    host[lay.last_rows + s] = q1 - 1;
-    d.max_q_len = std::max(d.max_q_len, q1 - q0);
-    d.max_kv_len =
-        std::max(d.max_kv_len, batch.kv_indptr[static_cast<size_t>(s + 1)] - batch.kv_indptr[static_cast<size_t>(s)]);
+    const auto i = static_cast<size_t>(s);
+    d.max_q_len = std::max(d.max_q_len, batch.qo_indptr[i + 1] - batch.qo_indptr[i]);
+    d.max_kv_len = std::max(d.max_kv_len, batch.kv_indptr[i + 1] - batch.kv_indptr[i]);
   }
-  batch_buf_.upload(static_cast<size_t>(lay.kv_indices + nkv) * sizeof(int32_t), stream_);
-  d.tokens = Tensor(dev + lay.tokens, DType::kI32, {t});
-  d.positions = Tensor(dev + lay.positions, DType::kI32, {t});
-  d.out_slots = Tensor(dev + lay.out_slots, DType::kI32, {t});
-  d.qo_indptr = Tensor(dev + lay.qo_indptr, DType::kI32, {b + 1});
-  d.kv_indptr = Tensor(dev + lay.kv_indptr, DType::kI32, {b + 1});
-  d.kv_indices = Tensor(dev + lay.kv_indices, DType::kI32, {nkv});
-  d.last_token_rows = Tensor(dev + lay.last_rows, DType::kI32, {b});
+  u.table = table.ptr<int32_t>();
+  u.row_len = table.dim(1);
+  u.num_seqs = d.num_seqs;
+  u.max_kv_len = d.max_kv_len;
+  launch_batch_unpack(u, stream_);
+  d.tokens = Tensor(fixed_.out.tokens, DType::kI32, {t});
+  d.positions = Tensor(fixed_.out.positions, DType::kI32, {t});
+  d.out_slots = Tensor(fixed_.out_slots, DType::kI32, {t});
+  d.qo_indptr = Tensor(fixed_.out.qo_indptr, DType::kI32, {b + 1});
+  d.kv_indptr = Tensor(fixed_.out.kv_indptr, DType::kI32, {b + 1});
+  d.kv_indices = Tensor(fixed_.kv_indices, DType::kI32, {kv_total});
+  d.last_token_rows = Tensor(fixed_.last_token_rows, DType::kI32, {b});
   ++batch_generation_;
   batch_tokens_ = d.tokens.data;
-  batch_token_seq_ = dev + lay.token_seq;
   return d;
 }
 
@@ -150,21 +200,6 @@ void CudaBackend::check_current_batch(const DeviceBatch& batch, const char* op) 
   SERVE8_CHECK(batch.host != nullptr && batch.tokens.data == batch_tokens_ && batch_generation_ > 0,
                "{}: the batch was not made by this backend's latest upload_batch", op);
 }
-
-// Slots index the pool without bounds checks in the kernels, so they are checked here, once per
-// batch and pool size rather than once per layer.
-void CudaBackend::check_slots(const DeviceBatch& batch, int64_t num_slots, const char* op) {
-  if (slots_checked_generation_ == batch_generation_ && slots_checked_num_slots_ == num_slots) return;
-  for (int32_t s : batch.host->out_slots) {
-    SERVE8_CHECK(s >= 0 && s < num_slots, "{}: out slot {} is outside the pool's {} slots", op, s, num_slots);
-  }
-  for (int32_t s : batch.host->kv_indices) {
-    SERVE8_CHECK(s >= 0 && s < num_slots, "{}: kv slot {} is outside the pool's {} slots", op, s, num_slots);
-  }
-  slots_checked_generation_ = batch_generation_;
-  slots_checked_num_slots_ = num_slots;
-}
-
 void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
   const OpScope profile(profiler_, "kv_store");
   constexpr const char* op = "kv_store";
@@ -179,7 +214,6 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
                  dtype_name(k.dtype), batch.num_tokens, g.heads, g.head_dim);
   }
   check_kv_matches_activations(kv.k.dtype, k.dtype, op);
-  check_slots(batch, g.num_slots, op);
   KvStoreParams p;
   p.dtype = k.dtype;
   p.k = k.data;
@@ -194,48 +228,6 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
   p.head_dim = static_cast<int>(g.head_dim);
   p.kv_dtype = kv.k.dtype;
   launch_kv_store(p, stream_);
-}
-
-// The prefill work list (tiles of (token, group head) rows), heaviest KV range first so the
-// long tiles start early; and whether any decode rows are present.
-const CudaBackend::AttentionPlan& CudaBackend::plan_attention(const DeviceBatch& batch, int group) {
-  if (plan_.generation == batch_generation_ && plan_.group == group) return plan_;
-  const ForwardBatch& fb = *batch.host;
-  const int tile_rows = prefill_tile_rows(prefill_kernel_);
-  struct Item {
-    int32_t kv_end, seq, row0;
-  };
-  std::vector<Item> items;
-  bool has_decode = false;
-  for (int b = 0; b < fb.num_seqs(); ++b) {
-    const int q_len = fb.qo_indptr[static_cast<size_t>(b + 1)] - fb.qo_indptr[static_cast<size_t>(b)];
-    const int kv_len = fb.kv_indptr[static_cast<size_t>(b + 1)] - fb.kv_indptr[static_cast<size_t>(b)];
-    if (q_len == 1) {
-      has_decode = true;
-      continue;
-    }
-    const int rows = q_len * group;
-    for (int r0 = 0; r0 < rows; r0 += tile_rows) {
-      const int r_last = std::min(r0 + tile_rows, rows) - 1;
-      items.push_back(Item{kv_len - q_len + r_last / group + 1, b, r0});
-    }
-  }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.kv_end > b.kv_end; });
-  const size_t n = items.size();
-  if (n > 0) {  // decode-only steps touch no buffer here, so they can be captured in a CUDA graph
-    plan_buf_.reserve(std::max<size_t>(2 * n, 64) * sizeof(int32_t), stream_);
-    auto* host = reinterpret_cast<int32_t*>(plan_buf_.host());
-    for (size_t i = 0; i < n; ++i) {
-      host[i] = items[i].seq;
-      host[n + i] = items[i].row0;
-    }
-    plan_buf_.upload(2 * n * sizeof(int32_t), stream_);
-  }
-  plan_.generation = batch_generation_;
-  plan_.group = group;
-  plan_.num_work = static_cast<int>(n);
-  plan_.has_decode = has_decode;
-  return plan_;
 }
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
@@ -271,7 +263,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
                "CUDA (head_dim 64 or 128 with groups 1..8; head_dim 8, 16 or 32 with any group)",
                op, g.head_dim, group, hq, g.heads, dtype_name(kv.k.dtype));
   if (batch.num_tokens == 0) return;
-  check_slots(batch, g.num_slots, op);
 
   AttentionParams p;
   p.dtype = q.dtype;
@@ -284,7 +275,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   p.qo_indptr = batch.qo_indptr.ptr<const int32_t>();
   p.kv_indptr = batch.kv_indptr.ptr<const int32_t>();
   p.kv_indices = batch.kv_indices.ptr<const int32_t>();
-  p.token_seq = batch_token_seq_;
+  p.token_seq = fixed_.token_seq;
   p.num_seqs = batch.num_seqs;
   p.num_tokens = batch.num_tokens;
   p.num_q_heads = static_cast<int>(hq);
@@ -296,53 +287,11 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     return;
   }
 
-  const AttentionPlan& plan = plan_attention(batch, group);
-  if (plan.num_work > 0) {
-    p.work_seq = reinterpret_cast<const int32_t*>(plan_buf_.device());
-    p.work_row0 = p.work_seq + plan.num_work;
-    p.num_work = plan.num_work;
-    launch_attention_prefill(p, kv.k.dtype, prefill_kernel_, stream_);
-  }
-  if (plan.has_decode) {
-    // A function of (B, Hkv) and the kernel only, so the grid of a CUDA-graph bucket is fixed; short sequences use
-    // fewer splits inside the kernel.
-    p.decode_heads = decode_heads_per_block(kv.k.dtype, decode_kernel_, batch.num_seqs, p.num_kv_heads,
-                                            props_.multiProcessorCount, decode_heads_);
-    const int base = batch.num_seqs * ((p.num_kv_heads + p.decode_heads - 1) / p.decode_heads);
-    const int resident =
-        decode_blocks_per_sm(kv.k.dtype, g.head_dim, decode_kernel_, p.decode_heads) * props_.multiProcessorCount;
-    const DecodeSplitRule rule = decode_min_chunk_ > 0 ? DecodeSplitRule{decode_min_chunk_, 1}
-                                                       : decode_split_rule(base, props_.multiProcessorCount);
-    p.split_min_chunk = rule.min_chunk;
-    p.split_min_count = rule.min_count;
-    if (resident > 0 && decode_blocks_per_sm_ == 0) {
-      p.num_splits = plan_decode_splits(base, resident, kDecodeMaxSplits);
-    } else {
-      const int target =
-          (decode_blocks_per_sm_ > 0 ? decode_blocks_per_sm_ : kDecodeBlocksPerSm) * props_.multiProcessorCount;
-      p.num_splits = std::clamp((target + base - 1) / base, 1, kDecodeMaxSplits);
-    }
-    if (p.num_splits > 1) {
-      const size_t rows =
-          static_cast<size_t>(p.num_splits) * static_cast<size_t>(batch.num_seqs) * static_cast<size_t>(hq);
-      const size_t need = rows * static_cast<size_t>(g.head_dim + 1) * sizeof(float);
-      if (need > split_workspace_bytes_) {
-        SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        if (split_workspace_) SERVE8_CUDA_CHECK(cudaFree(split_workspace_));
-        split_workspace_ = nullptr;
-        split_workspace_bytes_ = 0;
-        SERVE8_CUDA_CHECK(cudaMalloc(&split_workspace_, need));
-        split_workspace_bytes_ = need;
-      }
-      p.partial_o = split_workspace_;
-      p.partial_lse = split_workspace_ + rows * static_cast<size_t>(g.head_dim);
-      // A counter per (sequence, block of KV heads); a launch with more (some 65k) merges in the
-      // merge kernel instead.
-      if (decode_merge_ == DecodeMerge::kFused && base <= kSplitCounters) p.split_counters = split_counters_;
-    }
-    p.dependent_launch = decode_dependent_launch_;
-    launch_attention_decode(p, kv.k.dtype, decode_kernel_, stream_);
-  }
+  SERVE8_CHECK(hq == attention_->num_q_heads() && plan_.shape.kv_dtype == kv.k.dtype,
+               "{}: q has {} heads over a {} pool, but the batch was planned for {} q heads over {} (reserve_steps, "
+               "upload_batch)",
+               op, hq, dtype_name(kv.k.dtype), attention_->num_q_heads(), dtype_name(plan_.shape.kv_dtype));
+  attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
 }
 
 }  // namespace serve8

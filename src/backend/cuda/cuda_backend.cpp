@@ -3,7 +3,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -57,10 +56,24 @@ class CudaKvCache final : public KvCache {
     base_ = static_cast<char*>(backend_.alloc(bytes));
     scales_ = reinterpret_cast<float*>(base_ + 2 * layer_bytes_ * static_cast<size_t>(config.num_layers));
     set_scales(scales);
+    SERVE8_CHECK(config.max_requests > 0 && config.max_context_len > 0,
+                 "kv cache: the request table needs rows and a context length ({} x {})", config.max_requests,
+                 config.max_context_len);
+    table_ = static_cast<int32_t*>(backend_.alloc(table_entries(config) * sizeof(int32_t)));
   }
-  ~CudaKvCache() override { backend_.free(base_); }
+  ~CudaKvCache() override {
+    backend_.free(table_);
+    backend_.free(base_);
+  }
+
+  static size_t table_entries(const KvCacheConfig& c) {
+    return static_cast<size_t>(c.max_requests + 1) * static_cast<size_t>(c.max_context_len);
+  }
 
   const KvCacheConfig& config() const override { return config_; }
+  Tensor req_to_token() const override {
+    return Tensor(table_, DType::kI32, {config_.max_requests + 1, config_.max_context_len});
+  }
 
   KvLayer layer(int i) const override {
     SERVE8_CHECK(i >= 0 && i < config_.num_layers, "kv cache: layer {} out of range (the cache has {} layers)", i,
@@ -90,6 +103,7 @@ class CudaKvCache final : public KvCache {
   size_t layer_bytes_ = 0;
   char* base_ = nullptr;
   float* scales_ = nullptr;
+  int32_t* table_ = nullptr;
 };
 
 void check_dtype(const Tensor& t, DType want, const char* op, const char* name) {
@@ -143,9 +157,11 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> create_cuda_backend(DType compute) { return std::make_unique<CudaBackend>(compute); }
+std::unique_ptr<Backend> create_cuda_backend(DType compute, AttentionOptions options) {
+  return std::make_unique<CudaBackend>(compute, options);
+}
 
-CudaBackend::CudaBackend(DType compute) : compute_(compute) {
+CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(compute) {
   SERVE8_CHECK(compute == DType::kBF16 || compute == DType::kF32,
                "cuda: compute dtype {} is not supported (bf16 or fp32; fp16 compute is not supported yet)",
                dtype_name(compute));
@@ -155,50 +171,7 @@ CudaBackend::CudaBackend(DType compute) : compute_(compute) {
                props_.name, props_.major, props_.minor);
   SERVE8_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   profiler_.attach(stream_);
-  // The earlier kernels stay available for comparison (tests, benchmarks).
-  if (const char* e = std::getenv("SERVE8_CUDA_DECODE")) {
-    const std::string v = e;
-    SERVE8_CHECK(v == "stream" || v == "tensor-cores" || v == "cuda-cores",
-                 "SERVE8_CUDA_DECODE={}: expected stream, tensor-cores or cuda-cores", v);
-    decode_kernel_ = v == "cuda-cores"     ? DecodeKernel::kCudaCores
-                     : v == "tensor-cores" ? DecodeKernel::kTensorCores
-                                           : DecodeKernel::kStream;
-  }
-  for (auto [name, value] : {std::pair{"SERVE8_CUDA_DECODE_BLOCKS_PER_SM", &decode_blocks_per_sm_},
-                             std::pair{"SERVE8_CUDA_DECODE_MIN_CHUNK", &decode_min_chunk_}}) {
-    if (const char* e = std::getenv(name)) {
-      *value = std::atoi(e);
-      SERVE8_CHECK(*value >= 1 && *value <= 1 << 20, "{}={}: expected a positive count", name, e);
-    }
-  }
-  if (const char* e = std::getenv("SERVE8_CUDA_DECODE_HEADS")) {
-    decode_heads_ = std::atoi(e);
-    SERVE8_CHECK(decode_heads_ == 1 || decode_heads_ == 2, "SERVE8_CUDA_DECODE_HEADS={}: expected 1 or 2", e);
-  }
-  if (const char* e = std::getenv("SERVE8_CUDA_DECODE_MERGE")) {
-    const std::string v = e;
-    SERVE8_CHECK(v == "kernel" || v == "fused", "SERVE8_CUDA_DECODE_MERGE={}: expected kernel or fused", v);
-    SERVE8_CHECK(v != "fused" || decode_kernel_ == DecodeKernel::kStream,
-                 "SERVE8_CUDA_DECODE_MERGE=fused: only the stream decode kernel merges its own splits");
-    decode_merge_ = v == "fused" ? DecodeMerge::kFused : DecodeMerge::kKernel;
-  }
-  if (decode_kernel_ != DecodeKernel::kStream) decode_merge_ = DecodeMerge::kKernel;
-  if (const char* e = std::getenv("SERVE8_CUDA_PDL")) {
-    const std::string v = e;
-    SERVE8_CHECK(v == "0" || v == "1", "SERVE8_CUDA_PDL={}: expected 0 or 1", v);
-    decode_dependent_launch_ = v == "1";
-  }
-  if (decode_merge_ == DecodeMerge::kFused) {
-    // Zero once, on the backend's stream (non-blocking: it would not wait for a default-stream
-    // memset); every launch leaves its counters at zero again.
-    SERVE8_CUDA_CHECK(cudaMalloc(&split_counters_, kSplitCounters * sizeof(int)));
-    SERVE8_CUDA_CHECK(cudaMemsetAsync(split_counters_, 0, kSplitCounters * sizeof(int), stream_));
-  }
-  if (const char* e = std::getenv("SERVE8_CUDA_PREFILL")) {
-    const std::string v = e;
-    SERVE8_CHECK(v == "pipelined" || v == "simple", "SERVE8_CUDA_PREFILL={}: expected pipelined or simple", v);
-    prefill_kernel_ = v == "simple" ? PrefillKernel::kSimple : PrefillKernel::kPipelined;
-  }
+  attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
@@ -207,8 +180,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
   sampler_.reset();
-  if (split_workspace_) cudaFree(split_workspace_);
-  if (split_counters_) cudaFree(split_counters_);
+  attention_.reset();
+  if (arrays_) cudaFree(arrays_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -265,7 +238,14 @@ size_t CudaBackend::total_memory() const {
 }
 
 std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& config, const KvScales& scales) {
-  return std::make_unique<CudaKvCache>(*this, config, scales);
+  auto kv = std::make_unique<CudaKvCache>(*this, config, scales);
+  // A step reads at most every row of the table whole (padded rows add one entry each).
+  const auto entries = static_cast<int64_t>(CudaKvCache::table_entries(config));
+  if (entries > kv_capacity_) {
+    kv_capacity_ = entries;
+    reserve_batch_arrays();
+  }
+  return kv;
 }
 
 void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {

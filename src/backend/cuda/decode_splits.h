@@ -48,7 +48,7 @@ SERVE8_HD constexpr int decode_splits_for(int kv_len, int max_splits, int min_ch
 // 8-32% slower with 128-256-token splits). With at most a block per SM (B=1; Llama-3 heads at
 // B=16) a launch is latency-bound: there 256-token splits, but at least 8 (of 64 tokens or more),
 // were the best or within 0.7 us of the best of {64, 128, 256, 512}-token splits on 512-8k tokens
-// (bench/README.md, "Every warp merges; a split rule for small launches"). A function of the launch shape only, so a
+// (bench/README.md). A function of the launch shape only, so a
 // CUDA-graph bucket keeps its grid.
 struct DecodeSplitRule {
   int min_chunk, min_count;

@@ -91,4 +91,34 @@ struct KvStoreParams {
 };
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
 
+// Turns an uploaded batch (`in`: the ForwardBatch's arrays packed one after another) into the fixed
+// arrays the step's kernels read (`out`): writes each sequence's new slots into its row of the
+// request -> slot table, reads the row's first kv_len slots out as kv_indices (CSR over kv_indptr)
+// and its new tokens' slots as out_slots, and copies the other arrays.
+struct BatchArrays {
+  int32_t* tokens = nullptr;      // [T]
+  int32_t* positions = nullptr;   // [T]
+  int32_t* qo_indptr = nullptr;   // [B + 1]
+  int32_t* kv_indptr = nullptr;   // [B + 1]
+  int32_t* work_seq = nullptr;    // [W] the attention plan's prefill work list
+  int32_t* work_row0 = nullptr;   // [W]
+};
+struct BatchUnpackParams {
+  BatchArrays in;                        // packed, as uploaded
+  const int32_t* req_rows = nullptr;     // [B]
+  const int32_t* new_slot_indptr = nullptr;  // [B + 1]
+  const int32_t* new_slots = nullptr;
+  BatchArrays out;                       // fixed
+  int32_t* token_seq = nullptr;          // [T]
+  int32_t* last_token_rows = nullptr;    // [B]
+  int32_t* out_slots = nullptr;          // [T]
+  int32_t* kv_indices = nullptr;         // [kv_indptr[B]]
+  int32_t* table = nullptr;              // [rows, row_len]
+  int64_t row_len = 0;
+  int num_seqs = 0;
+  int num_work = 0;
+  int max_kv_len = 0;
+};
+void launch_batch_unpack(const BatchUnpackParams& p, cudaStream_t stream);
+
 }  // namespace serve8

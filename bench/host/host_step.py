@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Host time of a decode step with many long requests: `serve8 serve` on a one-layer dummy model
+(bench/host/tiny_long_context.json), so that the device's part of a step is small and what the
+host does per step (scheduling, building and uploading the batch) shows in the step time.
+
+N requests of L random prompt ids each, all sent at once, M output tokens each (ignore_eos); then
+/get_server_info's counters of the decode steps with >= 64 rows: their mean time, and the host
+share the server measures (step time minus the time from the forward's launch to the sampled ids).
+
+  python3 bench/host/host_step.py --bin build/src/cli/serve8 [--requests 1024 --input-len 4096
+      --output-len 64 --label after --out results.jsonl] [-- extra serve flags]
+"""
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import urllib.request
+
+import aiohttp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def send_all(port, n, input_len, output_len, vocab, seed):
+    rng = random.Random(seed)
+    conn = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=3600)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as s:
+        async def one(i):
+            ids = [rng.randrange(3, vocab) for _ in range(input_len)]
+            body = {"input_ids": ids, "sampling_params": {"max_new_tokens": output_len, "temperature": 0,
+                                                          "ignore_eos": True}}
+            async with s.post(f"http://127.0.0.1:{port}/generate", json=body) as r:
+                out = await r.json()
+                if r.status != 200:
+                    raise RuntimeError(f"request {i}: HTTP {r.status}: {out}")
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--config", default=os.path.join(HERE, "tiny_long_context.json"))
+    ap.add_argument("--requests", type=int, default=1024)
+    ap.add_argument("--input-len", type=int, default=4096)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--port", type=int, default=30123)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", default="")
+    ap.add_argument("serve_args", nargs="*")
+    a = ap.parse_args()
+    ctx = a.input_len + a.output_len + 16
+    cmd = [a.bin, "serve", "--model-path", a.config, "--load-format", "dummy", "--port", str(a.port),
+           "--max-running-requests", str(a.requests), "--context-length", str(ctx),
+           "--max-total-tokens", str(a.requests * (a.input_len + a.output_len) + 1024),
+           "--disable-radix-cache"] + a.serve_args
+    log = open(f"/tmp/host_step_{a.label or 'run'}.log", "w")
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(600):
+            try:
+                get(f"http://127.0.0.1:{a.port}/health")
+                break
+            except Exception:
+                if server.poll() is not None:
+                    sys.exit(f"serve8 exited with {server.returncode}; see {log.name}")
+                time.sleep(0.5)
+        vocab = json.load(open(a.config))["vocab_size"]
+        t0 = time.time()
+        asyncio.run(send_all(a.port, a.requests, a.input_len, a.output_len, vocab, 1))
+        wall = time.time() - t0
+        info = get(f"http://127.0.0.1:{a.port}/get_server_info")
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    steps = info["large_decode_steps"]
+    secs = info["large_decode_seconds"]
+    host = info["large_decode_host_seconds"]
+    rec = {"label": a.label, "command": " ".join(cmd), "git_hash": os.environ.get("SERVE8_GIT_HASH", ""),
+           "device": info.get("device", ""), "date": time.strftime("%Y-%m-%d"), "requests": a.requests,
+           "input_len": a.input_len, "output_len": a.output_len, "peak_running": info.get("peak_running_requests"),
+           "large_decode_steps": steps, "mean_step_ms": 1e3 * secs / steps if steps else None,
+           "host_ms_per_step": 1e3 * host / steps if steps else None, "wall_s": wall}
+    print(json.dumps(rec))
+    if a.out:
+        with open(a.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+if __name__ == "__main__":
+    main()
