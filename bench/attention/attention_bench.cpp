@@ -10,7 +10,7 @@
 // page-size-1 pool, a 128-byte K row per FP8 KV head per token) or a sequence's slots in order
 // (a fresh pool's allocation).
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
-// several). SERVE8_CUDA_DECODE* variables (cuda_backend.cpp) pick the decode kernel and its splits.
+// several).
 //
 // Grid: Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
 // batch 1/16/64/256 over contexts 512..32768; prefill (q = kv) and extend (512 new tokens over a
