@@ -12,7 +12,7 @@
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several).
 //
-// Grid (issue #4): Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
+// Grid: Llama-2-13B heads (40/40, d128) and Llama-3-8B heads (32/8, d128); decode at
 // batch 1/16/64/256 over contexts 512..32768; prefill (q = kv) and extend (512 new tokens over a
 // cached prefix); KV bf16, fp8_e5m2, fp8_e4m3 (E4M3 with non-unit per-head scales). Cases whose
 // bf16 KV would pass 48 GiB are skipped and listed as such.
