@@ -193,8 +193,16 @@ http() (
   done | tee "$OUT/http_summary.txt"
 )
 
-# The tool brings back only a few files from $OUT: work elsewhere, then put one archive and the
-# summaries there.
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
+for s in "${steps[@]}"; do
+  case "$s" in
+    golden|hf|hf32|kvfp8|bench|mbu|http|gguf|gguf32) ;;
+    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu http gguf gguf32)" >&2; exit 2 ;;
+  esac
+done
+# Steps work in a scratch folder; $OUT receives one archive of it and the summaries, so that few
+# files come back.
 final="${OUT:-/tmp/serve8-gpu-out}"
 OUT="${TMPDIR:-/tmp}/serve8-e2e-work"
 rm -rf "$OUT" && mkdir -p "$OUT" "$final"
@@ -204,14 +212,6 @@ E="$GPU_STAGE"
 B="$E/run/serve8"
 gpu_describe | tee "$OUT/gpu.txt"
 cp "$E/GIT_HASH" "$OUT/"
-steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
-for s in "${steps[@]}"; do
-  case "$s" in
-    golden|hf|hf32|kvfp8|bench|mbu|http|gguf|gguf32) ;;
-    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu http gguf gguf32)" >&2; exit 2 ;;
-  esac
-done
 for s in "${steps[@]}"; do
   echo "== $s" | tee -a "$OUT/log.txt"
   "$s"
