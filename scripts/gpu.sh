@@ -59,7 +59,7 @@ pack() {
   fi
   local s
   s="$(mktemp -d)"
-  trap 'rm -rf "$s"' RETURN
+  trap 'rm -rf "$s"' EXIT
   mkdir -p "$s/bin" "$s/lib" "$s/shared"
   local t bin
   for t in "${bins[@]}" "${tests[@]}" "${tools[@]}"; do
