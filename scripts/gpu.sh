@@ -57,9 +57,9 @@ pack() {
     cmake "${args[@]}" >/dev/null
     ninja -C "$build" -j"${SERVE8_JOBS:-2}" "${bins[@]}" "${tests[@]}" "${tools[@]}"
   fi
-  local s
-  s="$(mktemp -d)"
-  trap 'rm -rf "$s"' EXIT
+  pack_tmp="$(mktemp -d)"
+  trap 'rm -rf "$pack_tmp"' EXIT
+  local s="$pack_tmp"
   mkdir -p "$s/bin" "$s/lib" "$s/shared"
   local t bin
   for t in "${bins[@]}" "${tests[@]}" "${tools[@]}"; do
