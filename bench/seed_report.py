@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seed experiment's table and plot (issue #5) from scripts/seed_experiment.sh's JSON lines.
+"""The seed experiment's table and plot (issue #5) from `scripts/gpu.sh seed`'s JSON lines.
 
   python3 bench/seed_report.py RESULTS.jsonl [MORE.jsonl ...] [--png PLOT.png] [--copy-gbps GBPS]
 

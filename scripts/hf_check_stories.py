@@ -3,7 +3,7 @@
 golden ids of llama2.c's run.c and serve8's own output files, on the GPU machine.
 
 usage: hf_check_stories.py MODEL_DIR GOLDEN_JSON SERVE8_OUT_DIR
-serve8's outputs are files stories_<kv>_<case>.txt of space-separated ids (scripts/gpu_e2e.sh).
+serve8's outputs are files stories_<kv>_<case>.txt of space-separated ids (`scripts/gpu.sh e2e golden`).
 """
 import json
 import pathlib

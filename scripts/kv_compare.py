@@ -3,7 +3,7 @@
 mean KL divergence KL(P_ref || P_test) over all rows, and how often the top-1 ids agree.
 
 usage: kv_compare.py REF.npy TEST.npy [LABEL]
-Used for a KV dtype against bf16 KV on the same model and prompts (scripts/gpu_e2e.sh run kvfp8).
+Used for a KV dtype against bf16 KV on the same model and prompts (`scripts/gpu.sh e2e kvfp8`).
 """
 import sys
 

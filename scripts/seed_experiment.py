@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helpers of scripts/seed_experiment.sh (standard library only, torch or numpy where asked for):
+"""Helpers of scripts/gpu/seed.sh, copybw also of e2e.sh's mbu step (standard library only, torch or numpy where asked for):
 
   copybw DEVICE                      device copy bandwidth in GB/s (bytes read + bytes written), "null" if
                                      it cannot be measured

@@ -2,8 +2,8 @@
 # Sets up, builds (CUDA too where nvcc exists, for sm_90a only) and runs every CPU test, then the
 # C++ unit tests again under ASan + UBSan (scripts/sanitize.sh) and each libFuzzer target briefly
 # (scripts/fuzz.sh), both from one clang build (build-fuzz/; docs/reliability.md records the
-# 10-minute fuzz runs). GPU tests carry the ctest label "gpu" and are left out here (scripts/gpu_test.sh
-# runs them); the pytest suites carry "python" beside "cpu".
+# 10-minute fuzz runs). GPU tests have the ctest label "gpu" and are left out here (`scripts/gpu.sh
+# test` runs them); the pytest suites have "python" beside "cpu".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

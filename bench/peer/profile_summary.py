@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Tables bench/peer/run.sh's profile step: Nsight Compute's counters for each profiled label, ours
-and FlashInfer's kernels side by side, so that a shape where ours is slower says where the time goes.
+"""Tables the profile step of `scripts/gpu.sh peer`: Nsight Compute's counters for each profiled
+label, ours and FlashInfer's kernels side by side, so that a shape where ours is slower says where
+the time goes.
 
   profile_summary.py DIR --ncu NCU [--times WORKDIR] [--json OUT]
 

@@ -1,6 +1,6 @@
 // Times the CUDA backend's attention and GEMM on the GPU against the machine's own ceilings: the
 // device-to-device copy bandwidth for decode (memory bound) and the bf16 GEMM rate for prefill
-// (compute bound), measured in the same run. Prints one table; run by scripts/gpu_test.sh.
+// (compute bound), measured in the same run. Prints one table; run by `scripts/gpu.sh bench`.
 #include <cuda_runtime.h>
 
 #include <algorithm>

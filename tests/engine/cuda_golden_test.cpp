@@ -2,7 +2,7 @@
 // stories260K checkpoint (head_dim 8, 8 query heads over 4 KV heads: the generic attention
 // kernel): greedy ids must equal the golden ids over their whole length, as the CPU engine's do
 // (golden_test.cpp). In bf16 they diverge. Runs where a CUDA GPU is visible (label gpu); the data
-// comes from ../shared or $SERVE8_SHARED_DIR (scripts/gpu_test.sh stages it).
+// comes from ../shared or $SERVE8_SHARED_DIR (`scripts/gpu.sh pack` packs it).
 #include <gtest/gtest.h>
 
 #include "stories_fixture.h"

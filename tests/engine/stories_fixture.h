@@ -18,8 +18,8 @@
 
 namespace serve8::testing {
 
-// ../shared, or $SERVE8_SHARED_DIR where the tests run away from the checkout (scripts/gpu_test.sh
-// stages the checkpoint and the golden ids for the GPU machine).
+// ../shared, or $SERVE8_SHARED_DIR where the tests run away from the checkout (`scripts/gpu.sh
+// pack` packs the checkpoint and the golden ids for the GPU machine).
 inline std::string shared_dir() {
   const char* e = std::getenv("SERVE8_SHARED_DIR");
   return e && *e ? std::string(e) : std::string(SERVE8_SHARED_DIR);

@@ -6,7 +6,7 @@ llama2.c (no tokenizer: token ids only) and the built-in tiny dummy-weight Llama
 Llama-2 tokenizer (text), named explicitly (serve's own default is SmolLM2-135M-Instruct where
 scripts/setup.sh fetched it; test_smollm2.py serves that).
 
-The same tests run against a server on the GPU (scripts/gpu_e2e.sh): SERVE8_TEST_SERVER_ARGS is
+The same tests run against a server on the GPU (`scripts/gpu.sh e2e http`): SERVE8_TEST_SERVER_ARGS is
 added to every server's arguments where the test does not set those flags itself (e.g. "--device
 cuda --max-total-tokens 65536": servers sized by --mem-fraction-static would each claim most of a
 GPU that several share), and SERVE8_TEST_TEXT_MODEL replaces

@@ -1,25 +1,24 @@
 #!/usr/bin/env bash
-# bench/peer on the GPU machine (no network): FlashInfer's paged attention against ours on
-# bench/attention's grid, one device call (or two: see below).
+# FlashInfer's paged attention against ours on bench/attention's grid, on the GPU machine (no
+# network): bench/peer/README.md says what is measured. Internal to scripts/gpu.sh:
 #
-#   bench/peer/run.sh [STEP...]     steps, default: install jit ours fi compare
-#     install  pip-installs the wheels carried in .carry/peer/wheels (--no-index --no-deps) into
+#   scripts/gpu.sh peer [STEP...]   steps, default: install jit ours fi compare
+#     install  installs the pack's FlashInfer wheels (wheels/peer, bench/peer/wheels.txt) into
 #              /tmp/serve8-peer/py, on PYTHONPATH; packages the machine already imports are left alone
 #     jit      JIT-compiles the FlashInfer modules the grid needs (nvcc, sm_90a), one process per
 #              module in parallel; times each (jit.txt)
-#     ours     bench_attention from .carry/gpu/gpu.tar.xz (scripts/gpu_test.sh pack) on the same grid
+#     ours     the pack's bench_attention on the same grid
 #     fi       bench/peer/flashinfer_bench.py
 #     compare  bench/peer/compare.py: compare.md (table) and peer_h200.png
 #     profile  (not by default) Nsight Compute counters of both sides' kernels on PROFILE_FILTERS'
 #              labels: profile.md (bench/peer/profile_summary.py)
-# With the device tool: run(command="bash bench/peer/run.sh", carry=[".carry/peer", ".carry/gpu"],
-# timeout_s=600). Everything lands in $OUT: peer_results.tgz (all logs and JSON) and, beside it,
-# compare.md, peer_h200.png, flashinfer_bench.json, attention_bench.json, summary.txt.
+# Everything lands in $OUT: peer_results.tgz (all logs and JSON) and, beside it, compare.md,
+# peer_h200.png, flashinfer_bench.json, attention_bench.json, summary.txt.
 #
-# Work and caches live in /tmp/serve8-peer and outlast a call while the machine stays warm: the
+# Work and caches live in /tmp/serve8-peer and outlast a command while the machine stays warm: the
 # JIT cache (FLASHINFER_WORKSPACE_BASE), the installed wheels, and each step's results. A step
-# whose result is there is skipped (PEER_FRESH=1 redoes them), so when the first call runs out of
-# time in the JIT, the same call again goes on where it stopped (ninja keeps the finished objects).
+# whose result is there is skipped (PEER_FRESH=1 redoes them), so when a command runs out of time
+# in the JIT, the same command again goes on where it stopped (ninja keeps the finished objects).
 #
 # Environment:
 #   PEER_QUICK=1        bench_attention's --quick grid (decode B 1/64 x ctx 512/4096, prefill 2048,
@@ -32,11 +31,12 @@
 #   PEER_FRESH=1        redo every step
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$root/scripts/gpu/lib.sh"
 t0=$(date +%s)
 deadline=${PEER_DEADLINE_S:-570}
 base=/tmp/serve8-peer
 W="$base/work"
-final="${OUT:-$base/out}"
+final="${OUT:-/tmp/serve8-gpu-out}"
 mkdir -p "$W" "$final"
 [[ "${PEER_FRESH:-0}" == 1 ]] && rm -rf "$W" && mkdir -p "$W"
 export FLASHINFER_WORKSPACE_BASE="$base" TVM_FFI_CACHE_DIR="$base/tvm-ffi"
@@ -58,17 +58,18 @@ left() { echo $((deadline - ($(date +%s) - t0))); }
 tl() { local t=$(($(left) - $1)); echo $((t < 1 ? 1 : t)); }
 log() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$W/summary.txt"; }
 
-pack() {
+results() {
   cp -f "$W"/compare.md "$W"/peer_h200.png "$W"/flashinfer_bench.json "$W"/attention_bench.json "$W"/summary.txt \
     "$final/" 2>/dev/null
   tar -C "$W" -czf "$final/peer_results.tgz" . 2>/dev/null
   ls -la "$final"
 }
-trap pack EXIT
+trap results EXIT
 
 install() {
-  local wh="$root/.carry/peer/wheels" stamp="$base/py/.installed"
-  [[ -d "$wh" ]] || { log "install: no $wh (carry .carry/peer)"; return 1; }
+  unpack_ours || return 1
+  local wh="$GPU_STAGE/wheels/peer" stamp="$base/py/.installed"
+  [[ -f "$wh/SHA256SUMS" ]] || { log "install: the pack holds no FlashInfer wheels (its pack step had no PyPI)"; return 1; }
   if [[ -f "$stamp" ]] && cmp -s "$stamp" "$wh/SHA256SUMS"; then log "install: already there"; import_check; return; fi
   (cd "$wh" && sha256sum -c --quiet SHA256SUMS) || { log "install: wheel checksum mismatch"; return 1; }
   rm -rf "$base/py" && mkdir -p "$base/py"
@@ -86,6 +87,7 @@ install() {
   fi
   if python3 -m pip --version >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target "$base/py" "${pick[@]}" 2>&1 | grep -v "WARNING: Running pip as" | tail -5
+    ((PIPESTATUS[0] == 0)) || { log "install: pip install failed"; return 1; }
   else  # no pip: a wheel is a zip; its scripts (the ninja binary) go to bin/
     python3 - "$base/py" "${pick[@]}" <<'PY'
 import os, sys, zipfile
@@ -139,9 +141,9 @@ jit() {
   done
   wait "${pids[@]}"
   local this ok=1
-  this=$(sed -n '/^==/h; /^==/!H; ${x;p}' "$W/jit.txt" | grep -v '^==')  # this call's lines
+  this=$(sed -n '/^==/h; /^==/!H; ${x;p}' "$W/jit.txt" | grep -v '^==')  # this run's lines
   log "jit: $(($(date +%s) - t1)) s wall: $(echo "$this" | sort | tr '\n' ';')"
-  # rc 124/137: stopped by the deadline (call again); any other failure is kept in jit_failed.txt,
+  # rc 124/137: stopped by the deadline (run it again); any other failure is kept in jit_failed.txt,
   # and flashinfer_bench.py records those variants as not built instead of trying again.
   : >"$W/jit_failed.txt"
   for m in $mods; do
@@ -149,21 +151,18 @@ jit() {
     if echo "$this" | grep -qE "^$m rc=(124|137) "; then ok=0; else echo "$m" >>"$W/jit_failed.txt"; fi
     tail -5 "$W/jit_${m/:/_}.log" | tee -a "$W/summary.txt"
   done
-  if ((ok)); then touch "$W/jit.done"; else log "jit: not finished before the deadline: make the same call again"; fi
+  if ((ok)); then touch "$W/jit.done"; else log "jit: not finished before the deadline: run the same command again"; fi
   du -sh "$base/.cache/flashinfer" 2>/dev/null | tee -a "$W/summary.txt"
 }
 
-# Unpacks scripts/gpu_test.sh's pack into $stage (bench/attention/gpu_pack.sh: libpath, with_pack_libs).
-source "$root/bench/attention/gpu_pack.sh"
-stage=/tmp/serve8-gpu
 unpack_ours() {
-  unpack_gpu_pack "$stage" || { log "ours: the gpu pack did not unpack (scripts/gpu_test.sh pack; carry .carry/gpu)"; return 1; }
+  gpu_unpack || { log "ours: no pack to run from (scripts/gpu.sh pack)"; return 1; }
 }
 
 ours() {
   [[ -f "$W/attention_bench.json" ]] && { log "ours: done before"; return 0; }
   unpack_ours || return 1
-  with_pack_libs timeout "$(tl 5)" "$stage/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
+  with_pack_libs timeout "$(tl 5)" "$GPU_STAGE/bin/bench_attention" --out "$W/attention_bench.json.tmp" "${grid[@]}" "${reps[@]}" \
     >"$W/attention_bench.txt" 2>&1
   local rc=$?
   [[ -f "$W/attention_bench.json.tmp" ]] && mv "$W/attention_bench.json.tmp" "$W/attention_bench.json"
@@ -173,7 +172,7 @@ ours() {
 fi_bench() {
   [[ -f "$W/flashinfer_bench.json" ]] && { log "fi: done before"; return 0; }
   # Without the jit step's modules, plan() would compile them one by one inside the timed run.
-  [[ -f "$W/jit.done" || "${PEER_NO_JIT_STEP:-0}" == 1 ]] || { log "fi: the jit step has not finished: call again"; return 1; }
+  [[ -f "$W/jit.done" || "${PEER_NO_JIT_STEP:-0}" == 1 ]] || { log "fi: the jit step has not finished: run it again"; return 1; }
   local skip
   skip=$(paste -sd, "$W/jit_failed.txt" 2>/dev/null)
   timeout "$(tl 5)" python3 "$root/bench/peer/flashinfer_bench.py" --out "$W/flashinfer_bench.json.tmp" \
@@ -214,7 +213,7 @@ profile() {
     echo "$f" >"$W/profile/label_$i.txt"
     [[ "$sides" == *" ours "* ]] && with_pack_libs timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} \
       --metrics "$metrics" --kernel-name "regex:attention_decode|attention_merge" -f -o "$W/profile/ours_$i" \
-      "$stage/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
+      "$GPU_STAGE/bin/bench_attention" --filter "$f" --reps 1 --out "$W/profile/ours_$i.json" >"$W/profile/ours_$i.log" 2>&1
     [[ "$sides" == *" fi "* ]] && timeout "$(tl 5)" "$ncu" --clock-control none ${PROFILE_NCU_ARGS:-} --metrics "$metrics" \
       --kernel-name "regex:BatchDecode|BatchPrefill|MergeStates" -f -o "$W/profile/fi_$i" \
       python3 "$root/bench/peer/flashinfer_bench.py" --filter "$f" --reps 1 --out "$W/profile/fi_$i.json" \
@@ -230,9 +229,9 @@ profile() {
 
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(install jit ours fi compare)
-log "bench/peer/run.sh ${steps[*]} (grid: ${grid[*]:-full} ${reps[*]}); deadline ${deadline} s"
+log "scripts/gpu.sh peer ${steps[*]} (grid: ${grid[*]:-full} ${reps[*]}); deadline ${deadline} s"
 for s in "${steps[@]}"; do
-  if (($(left) < 30)); then log "$s: not started, $(left) s left (call again: finished steps are kept)"; continue; fi
+  if (($(left) < 30)); then log "$s: not started, $(left) s left (run again: finished steps are kept)"; continue; fi
   case "$s" in
     install) install ;;
     jit) jit ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The seed's experiment (issue #5) on a GPU machine: for Llama-2-13B and Llama-3-8B (dummy
-# weights, --disable-radix-cache) and each KV dtype (bf16, fp8_e5m2, fp8_e4m3), a server and
-# then two client runs against it, one after the other on the same machine:
+# The serving experiment on the GPU machine: for Llama-2-13B and Llama-3-8B (dummy weights,
+# --disable-radix-cache) and each KV dtype (bf16, fp8_e5m2, fp8_e4m3), a server and then two client
+# runs against it, one after the other on the same machine:
 #   sharegpt  ShareGPT prompts cycled to N, outputs uniform in [1, 512] (seed 1), --request-rate 128
 #   random    1024 in / 512 out, --random-range-ratio 0.5, N prompts, --request-rate inf
 # After each run, /get_server_info gives the pool size, the peak number of running requests and the
@@ -9,16 +9,17 @@
 # against the device copy bandwidth measured here first (torch): (weight bytes read + KV bytes
 # read) / decode step time / copy bandwidth, over all decode steps and over those of >= 64 rows.
 #
-#   there (device tool, carry [".carry/e2e"], serve8 staged by scripts/gpu_e2e.sh pack), each call
-#   under the tool's 600 s; all six runs of Llama-2-13B do not fit one call (estimated ~8-10 min),
-#   so two calls, the second at once while the machine is warm (estimated ~6-7 and ~5-7 min):
-#     SEED_MODELS="llama-2-13b:auto,fp8_e5m2" bash scripts/seed_experiment.sh
-#     SEED_MODELS="llama-3-8b llama-2-13b:fp8_e4m3" bash scripts/seed_experiment.sh
-#   then here: python3 bench/seed_report.py CALL1/seed_experiment.jsonl CALL2/seed_experiment.jsonl
-#   CPU dry run (tiny configs of the same names, short random lengths): SEED_DEVICE=cpu SEED_BIN=...
-#   SEED_SHARED=../shared SEED_CONFIG_DIR=DIR SEED_RANDOM_ARGS="--dataset-name random
-#   --random-input-len 128 --random-output-len 64 --random-range-ratio 0.5 --request-rate inf" ... 8
-#   Args: [N=1000] prompts per run. Environment (defaults in brackets):
+# Internal to scripts/gpu.sh: `scripts/gpu.sh seed [N]`, serve8 and the data from the pack. A
+# device command ends within 600 s and all six runs of Llama-2-13B take ~8-10 min, so split the
+# models over two commands, the second right after the first while the machine is warm:
+#   SEED_MODELS="llama-2-13b:auto,fp8_e5m2" bash scripts/gpu.sh seed
+#   SEED_MODELS="llama-3-8b llama-2-13b:fp8_e4m3" bash scripts/gpu.sh seed
+# then here: python3 bench/seed_report.py A/seed_experiment.jsonl B/seed_experiment.jsonl
+# CPU dry run (tiny configs of the same names, short random lengths): SEED_DEVICE=cpu SEED_BIN=...
+# SEED_SHARED=../shared SEED_CONFIG_DIR=DIR SEED_RANDOM_ARGS="--dataset-name random
+# --random-input-len 128 --random-output-len 64 --random-range-ratio 0.5 --request-rate inf"
+# bash scripts/gpu.sh seed 8
+# Args: [N=1000] prompts per run. Environment (defaults in brackets):
 #     SEED_MODELS      [llama-2-13b llama-3-8b]  config names in the configs folder, each MODEL or
 #                      MODEL:KV,KV to run that model with those KV dtypes only
 #     SEED_KV          [auto fp8_e5m2 fp8_e4m3]  --kv-cache-dtype values
@@ -26,21 +27,20 @@
 #     SEED_DEVICE      [cuda]
 #     SEED_DEADLINE_S  [560]   time budget from the script's start: a run that would not end before it
 #                              is skipped (and said so), a client still running 15 s before it is
-#                              stopped, so the call always ends with its results written
+#                              stopped, so the command always ends with its results written
 #     SEED_SERVER_ARGS [cuda: --mem-fraction-static 0.88 --max-running-requests 1024 --cuda-graph-max-bs 256]
 #     SEED_MODEL_ARGS  [--model-path CONFIGS/{model}.json --load-format dummy --tokenizer-path TOKENIZER]
 #                      ({model} is replaced by the model's name), e.g. stories260K on the CPU
 #     SEED_CONFIG_DIR  [SHARED/configs]
 #     SEED_TOKENIZER   [SHARED/models/llama2-tokenizer]  the client's; empty: none (random-ids only)
 #     SEED_SHAREGPT_ARGS, SEED_RANDOM_ARGS  the client's dataset and rate arguments (defaults above)
-#     SEED_BIN, SEED_SHARED  a serve8 binary and shared folder to use instead of .carry/e2e's
+#     SEED_BIN, SEED_SHARED  a serve8 binary and shared folder to use instead of the pack's
 #     SEED_COPY_GBPS   skip the copy measurement and use this bandwidth
 #     SEED_TAG         [SEED_MODELS, spelled for a file name]  names the summary and the logs archive
-# $OUT receives (the device tool brings back at most 8 files): seed_experiment.jsonl (one line per
-# run, appended as each ends), seed_summary_TAG.txt and seed_logs_TAG.tgz (server logs, client
-# outputs, /get_server_info samples).
+# $OUT receives seed_experiment.jsonl (one line per run, appended as each ends),
+# seed_summary_TAG.txt and seed_logs_TAG.tgz (server logs, client outputs, /get_server_info samples).
 set -uo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 N="${1:-1000}"
 OUT="${OUT:-/tmp/seed-out}"
 DEVICE="${SEED_DEVICE:-cuda}"
@@ -85,24 +85,18 @@ finish() {
 trap finish EXIT
 trap 'say "interrupted"; exit 130' INT TERM
 
-# serve8 and the shared files: .carry/e2e's archive unless SEED_BIN names a binary.
+# serve8 and the shared files: the pack's unless SEED_BIN names a binary.
 if [[ -n "${SEED_BIN:-}" ]]; then
   B="$SEED_BIN"
   S="${SEED_SHARED:-$root/../shared}"
   git_hash="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown) (SEED_BIN $B)"
 else
-  E="${TMPDIR:-/tmp}/serve8-seed"
-  rm -rf "$E" && mkdir -p "$E"
-  if ! tar -C "$E" -xJf "$root/.carry/e2e/e2e.tar.xz"; then
-    say "cannot unpack $root/.carry/e2e/e2e.tar.xz (run scripts/gpu_e2e.sh pack here, carry .carry/e2e there)"
-    exit 1
-  fi
-  export LD_LIBRARY_PATH="$E/lib:${LD_LIBRARY_PATH:-}"
-  B="$E/serve8"
-  S="${SEED_SHARED:-$E/shared}"
-  git_hash="$(tr '\n' ' ' <"$E/GIT_HASH")"
-  SERVE8_GIT_HASH="$(head -1 "$E/GIT_HASH")"
-  export SERVE8_GIT_HASH
+  source "$root/scripts/gpu/lib.sh"
+  gpu_unpack || { say "no pack to run from"; exit 1; }
+  # serve8 behind a wrapper that adds the pack's libraries, which the Python here must not see.
+  B="$GPU_STAGE/run/serve8"
+  S="${SEED_SHARED:-$GPU_STAGE/shared}"
+  git_hash="$(tr '\n' ' ' <"$GPU_STAGE/GIT_HASH")"
 fi
 CONFIGS="${SEED_CONFIG_DIR:-$S/configs}"
 TOK="${SEED_TOKENIZER-$S/models/llama2-tokenizer}"
