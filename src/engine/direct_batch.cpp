@@ -8,15 +8,15 @@ namespace serve8 {
 
 std::vector<int32_t> first_slots(int n, int capacity, const KvCache& kv) {
   const KvCacheConfig& c = kv.config();
-  SERVE8_CHECK(n <= c.max_requests && capacity <= c.max_context_len,
-               "{} sequences of {} tokens do not fit the KV cache's request table ({} rows of {} tokens: raise "
-               "--max-running-requests or --context-length)",
-               n, capacity, c.max_requests, c.max_context_len);
   const int64_t need = 1 + int64_t{n} * capacity;
   SERVE8_CHECK(need <= kv.config().num_slots,
                "{} sequences of {} tokens need {} KV slots, the pool has {} (raise --max-total-tokens or "
                "--mem-fraction-static)",
                n, capacity, need - 1, kv.config().num_slots - 1);
+  SERVE8_CHECK(n <= c.max_requests && capacity <= c.max_context_len,
+               "{} sequences of {} tokens do not fit the KV cache's request table ({} rows of {} tokens: raise "
+               "--max-running-requests or --context-length)",
+               n, capacity, c.max_requests, c.max_context_len);
   std::vector<int32_t> first(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) first[static_cast<size_t>(i)] = 1 + i * capacity;
   return first;

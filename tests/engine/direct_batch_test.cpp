@@ -75,6 +75,17 @@ TEST(DirectBatch, PoolTooSmallIsAnError) {
   }
 }
 
+TEST(DirectBatch, SequenceLongerThanTheTableIsAnError) {
+  EngineParts p = stories_parts();
+  const int too_long = p.kv->config().max_context_len + 1;
+  try {
+    first_slots(2, too_long, *p.kv);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--context-length"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DecodeGraphs, BucketSizes) {
   EXPECT_EQ(LlamaModel::graph_batch_sizes(1), (std::vector<int>{1}));
   EXPECT_EQ(LlamaModel::graph_batch_sizes(6), (std::vector<int>{1, 2, 4, 6}));
