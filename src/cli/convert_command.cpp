@@ -1,7 +1,7 @@
 // `serve8 convert llama2c`: a llama2.c checkpoint to an HF-format directory.
 #include "cli/commands.h"
 #include "core/log.h"
-#include "model/llama2c.h"
+#include "model/llama2c_convert.h"
 
 namespace serve8 {
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "model/config.h"
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 #include "model/weights.h"
 
 namespace serve8 {

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace serve8 {
 

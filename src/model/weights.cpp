@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace serve8 {
 namespace {

@@ -7,7 +7,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/prompt_parts.h"
 #include "tokenizer/unicode_nfc.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace serve8 {
 namespace {

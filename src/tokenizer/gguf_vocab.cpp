@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "core/gguf_file.h"
+#include "formats/gguf_file.h"
 
 namespace serve8 {
 namespace {

@@ -1,5 +1,5 @@
 // The tokenizer part of a GGUF file's metadata (llama.cpp's tokenizer.* keys), read with
-// core/gguf_file.h (metadata only, never the tensor data).
+// formats/gguf_file.h (metadata only, never the tensor data).
 #pragma once
 
 #include <cstdint>

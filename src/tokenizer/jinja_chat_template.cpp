@@ -2,6 +2,26 @@
 
 namespace serve8 {
 
+namespace jinja {
+
+std::vector<ChatSegment> to_segments(const TaintedString& rendered) {
+  std::vector<ChatSegment> segments;
+  const std::string& text = rendered.text();
+  std::size_t pos = 0;
+  const auto add = [&](std::size_t end, bool trusted) {
+    if (end > pos) segments.push_back(ChatSegment{.text = text.substr(pos, end - pos), .trusted = trusted});
+    pos = end;
+  };
+  for (const ByteSpan& span : rendered.untrusted()) {
+    add(span.begin, true);
+    add(span.end, false);
+  }
+  add(text.size(), true);
+  return segments;
+}
+
+}  // namespace jinja
+
 using jinja::Dict;
 using jinja::Value;
 

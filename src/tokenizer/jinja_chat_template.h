@@ -9,9 +9,14 @@
 #include <vector>
 
 #include "tokenizer/chat_template.h"
-#include "tokenizer/jinja_template.h"
+#include "tokenizer/jinja/template.h"
 
 namespace serve8 {
+
+namespace jinja {
+// The rendered text cut where trust changes: trusted and untrusted runs alternate, bos = eos = false.
+std::vector<ChatSegment> to_segments(const TaintedString& rendered);
+}  // namespace jinja
 
 class JinjaChatTemplate final : public ChatTemplate {
  public:

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "tokenizer/prompt_parts.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace serve8 {
 namespace {

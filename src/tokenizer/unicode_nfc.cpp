@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tokenizer/unicode_nfc_data.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace serve8 {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/llama2c.h"
+#include "model/llama2c_convert.h"
 
 namespace serve8::testing {
 

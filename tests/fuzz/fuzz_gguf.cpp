@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

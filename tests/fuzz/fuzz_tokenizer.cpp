@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The GGUF reader against the gguf package (llama.cpp's Python reader/writer): metadata, shapes
 // and dequantized values of tests/golden/tiny.gguf (tests/golden/gen_gguf_golden.py), and clear
 // errors for malformed files.
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 #include <gtest/gtest.h>
 

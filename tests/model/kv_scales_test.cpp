@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "test_files.h"
 
 namespace serve8 {

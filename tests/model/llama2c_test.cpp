@@ -1,6 +1,7 @@
-// model/llama2c.h: converting llama2.c's stories260K to an HF directory, the q/k row permutation
+// formats/llama2c.h and model/llama2c_convert.h: converting llama2.c's stories260K to an HF directory, the q/k row permutation
 // between interleaved and rotate-half RoPE, and header validation.
-#include "model/llama2c.h"
+#include "formats/llama2c.h"
+#include "model/llama2c_convert.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@
 
 #include "model/config.h"
 #include "model/fake_backend.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/test_files.h"
 #include "model/weights.h"
 

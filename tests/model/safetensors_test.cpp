@@ -1,5 +1,5 @@
-// model/safetensors.h: round trips, header validation, dtype conversion and sharded directories.
-#include "model/safetensors.h"
+// formats/safetensors.h: round trips, header validation, dtype conversion and sharded directories.
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/fake_backend.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "model/test_files.h"
 
 namespace serve8 {

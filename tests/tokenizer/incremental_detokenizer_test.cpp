@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 #include "tokenizer/test_util.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace serve8 {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/jinja/jinja_test_util.h"
-#include "tokenizer/jinja_template.h"
+#include "tokenizer/jinja/template.h"
 
 namespace serve8 {
 namespace {

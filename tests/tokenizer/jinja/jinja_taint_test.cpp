@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "tokenizer/jinja_chat_template.h"
-#include "tokenizer/jinja_template.h"
+#include "tokenizer/jinja/template.h"
 
 namespace serve8 {
 namespace {

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <string>
 
-#include "tokenizer/jinja_value.h"
+#include "tokenizer/jinja/value.h"
 
 namespace serve8::testing {
 
