@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "bench_kernels.h"
+#include "cli/build_info.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -414,9 +415,8 @@ int run(int argc, char** argv) {
       }
     }
   }
-  const char* git = std::getenv("SERVE8_GIT_HASH");
   Json doc = {{"command", command},
-              {"git_hash", git ? git : "unknown"},
+              {"git_hash", build_commit()},
               {"device", be.device_description()},
               {"date", utc_now()},
               {"copy_gb_per_s", copy_gbs},

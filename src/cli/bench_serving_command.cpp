@@ -48,6 +48,7 @@ struct BenchServingArgs {
   int warmup_requests = 1;
   std::string output_file;
   std::string request_rate_text = "inf";
+  std::string api_key;
 };
 
 struct Outcome {
@@ -137,8 +138,7 @@ Outcome send_one(const BenchServingArgs& a, const std::string& url, const BenchR
   req.method = "POST";
   req.path = request_path(a.backend);
   req.headers = {{"Content-Type", "application/json"}};
-  if (const char* key = std::getenv("OPENAI_API_KEY"))
-    req.headers.emplace("Authorization", std::string("Bearer ") + key);
+  if (!a.api_key.empty()) req.headers.emplace("Authorization", "Bearer " + a.api_key);
   req.body = request_body(a, r).dump();
   std::string pending, text, whole;
   int completion = -1;
@@ -374,6 +374,9 @@ void register_bench_serving(CLI::App& root, SetAction set_action) {
   app->add_option("--port", a->port);
   app->add_option("--base-url", a->base_url, "instead of --host/--port, e.g. http://127.0.0.1:30000");
   app->add_option("--model", a->model, "model name for the OpenAI APIs (default: the server's first)");
+  // SGLang's bench_serving sends $OPENAI_API_KEY; the flag wins over it.
+  app->add_option("--api-key", a->api_key, "bearer token for a server started with --api-key")
+      ->envname("OPENAI_API_KEY");
   app->add_option("--tokenizer", a->tokenizer, "tokenizer directory or file (prompts as text, output token counts)");
   add_dataset_options(*app, a->data);
   app->add_option("--request-rate", a->request_rate_text, "requests per second, Poisson arrivals; inf: all at once");

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/build_info.h"
+
 namespace serve8 {
 
 inline double mean(const std::vector<double>& v) {
@@ -26,11 +28,8 @@ inline double percentile(std::vector<double> v, double q) {
   return i + 1 < v.size() ? v[i] * (1.0 - f) + v[i + 1] * f : v[i];
 }
 
-// $SERVE8_GIT_HASH (the GPU scripts set it from the staged build), else "unknown".
-inline std::string git_hash() {
-  const char* h = std::getenv("SERVE8_GIT_HASH");
-  return h ? h : "unknown";
-}
+// The commit this binary was built from (core/build_info.h), for benchmark records.
+inline std::string git_hash() { return build_commit(); }
 
 inline std::string utc_now() {
   const std::time_t t = std::time(nullptr);

@@ -26,6 +26,7 @@ std::string find_builtin_tokenizer() {
 
 std::string find_default_model() {
   std::vector<fs::path> dirs;
+  // The one environment variable serve8 reads: where scripts/setup.sh put the default model (README).
   if (const char* env = std::getenv("SERVE8_MODELS_DIR"); env != nullptr && *env != '\0') dirs.emplace_back(env);
   dirs.emplace_back(".models");
   // <checkout>/<build>/src/cli/serve8: a binary run from elsewhere still finds its checkout's.

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -15,6 +16,7 @@ const std::string& serve8::invoked_command_line() { return g_command_line; }
 int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) g_command_line += (i ? " " : "") + std::string(i ? argv[i] : "serve8");
   CLI::App app{"serve8: an LLM serving engine with an FP8 KV cache"};
+  app.set_version_flag("--version", std::string("serve8 ") + serve8::build_commit());
   app.require_subcommand(1);
   app.fallthrough();
   std::string log_level = "info";
