@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seed experiment's table and plot (issue #5) from `scripts/gpu.sh seed`'s JSON lines.
+"""The seed experiment's table and plot from `scripts/gpu.sh seed`'s JSON lines.
 
   python3 bench/seed_report.py RESULTS.jsonl [MORE.jsonl ...] [--png PLOT.png] [--copy-gbps GBPS]
 
@@ -7,7 +7,7 @@ Prints a markdown table (one row per model, KV dtype and dataset: req/s, output 
 and ITL, pool tokens, peak running requests, decode MBU over all decode steps and over those of
 >= 64 rows, and each KV dtype's req/s over the baseline's, the --kv-cache-dtype auto run: bf16 on
 the GPU) and the issue's goals, met or not; writes a bar plot of req/s per KV dtype for each model
-and dataset (matplotlib, Agg). Several files (one per device call) may be given; where a run
+and dataset (matplotlib, Agg). Several files (one per run) may be given; where a run
 appears more than once, the last completed one counts. --copy-gbps rescales the MBU columns to
 another copy bandwidth than the one measured in the run (recorded in each line).
 """
@@ -17,7 +17,7 @@ import math
 import sys
 
 BASELINE = "auto"
-# Goals of issue #5: fp8_e5m2 / bf16 request throughput, per model; decode MBU at batch >= 64.
+# Goals: fp8_e5m2 / bf16 request throughput, per model; decode MBU at batch >= 64.
 RATIO_GOALS = {"llama-2-13b": 1.30, "llama-3-8b": 1.10}
 MBU_GOAL = 0.80
 OK = ("ok", "partial")
@@ -110,7 +110,7 @@ def main():
                       f"| {fmt(mbu(r, 'decode_mbu'), '{:.1%}') if ok else '-'} | {big_s} "
                       f"| {fmt(rat, '{:.3f}')} | {status} |")
 
-    print("\nGoals (issue #5):")
+    print("\nGoals:")
     for m in models:
         goal = RATIO_GOALS.get(m)
         for ds in datasets:

@@ -17,11 +17,11 @@
 #   scripts/gpu.sh pack-gguf           here: the SmolLM2 GGUF for `e2e gguf`, in parts (see below)
 #   scripts/gpu.sh stash-gguf          there: keep the GGUF parts sent along for a later command
 #
-# Send the pack with the device tool: run(command="bash scripts/gpu.sh test", carry=[".gpu"]).
+# On the GPU machine, in a copy of this checkout with .gpu/ in it: `bash scripts/gpu.sh test`.
 # Verbs chain in one command (`bash scripts/gpu.sh test && bash scripts/gpu.sh e2e golden http`);
 # the pack is unpacked once per machine and again whenever it changes. Results go to $OUT.
 #
-# The GGUF (98 MB, incompressible) does not fit one device command beside the pack, so pack-gguf
+# The GGUF (98 MB, incompressible) does not fit one transfer beside the pack, so pack-gguf
 # splits it into .gpu-gguf/1, 2, ...: each but the last is sent alone with `bash scripts/gpu.sh
 # stash-gguf`, the last with .gpu and `bash scripts/gpu.sh e2e gguf`, one command right after the
 # other on the same warm machine (pack-gguf prints them). SERVE8_E2E_GGUF names the file instead
@@ -38,7 +38,7 @@ tools=(bench_attention backend_cuda_bench)
 shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json models/llama2-tokenizer
   configs/llama-2-7b.json configs/llama-2-13b.json configs/llama-3-8b.json configs/llama-3.1-8b.json
   data/sharegpt/ShareGPT_V3_filtered_500.json)
-# A device command takes at most 64 MiB: the working tree's files and what is sent beside them.
+# A GPU job takes at most 64 MiB: the working tree's files and what is sent beside them.
 limit=$((64 << 20))
 tree_bytes() {
   git -C "$root" ls-files -z --cached --others --exclude-standard | (cd "$root" && xargs -0 stat -c %s 2>/dev/null) |
@@ -95,7 +95,7 @@ pack() {
   tree=$(tree_bytes)
   echo "gpu.sh pack: .gpu/pack.tar.xz $((size >> 20)) MiB ($size bytes) from $(head -1 "$s/GIT_HASH");" \
     "with the working tree ($((tree >> 20)) MiB) $(((size + tree) >> 20)) of 64 MiB"
-  ((size + tree < limit)) || { echo "gpu.sh pack: over the 64 MiB a device command takes" >&2; return 1; }
+  ((size + tree < limit)) || { echo "gpu.sh pack: over the 64 MiB a GPU job takes" >&2; return 1; }
 }
 
 # Python packages the GPU machine lacks, for its Python 3.12 (manylinux x86_64), cached in .whl/gpu:
@@ -132,7 +132,7 @@ python_pieces() {
   return 0
 }
 
-# The GGUF in parts: the last fits one device command beside the pack, the others one each.
+# The GGUF in parts: the last fits one GPU job beside the pack, the others one each.
 pack_gguf() {
   local g="${SERVE8_MODELS_DIR:-$root/.models}/SmolLM2-135M-Instruct.Q4_1.gguf" d="$root/.gpu-gguf"
   [[ -f "$g" ]] || { echo "gpu.sh pack-gguf: $g is missing (scripts/setup.sh fetches it)" >&2; return 1; }

@@ -27,7 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def get(url):
     with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
+        body = r.read()
+    return json.loads(body) if body else None  # /health answers 200 with no body
 
 
 async def send_all(port, n, input_len, output_len, vocab, seed):
@@ -55,6 +56,7 @@ def main():
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--port", type=int, default=30123)
     ap.add_argument("--label", default="")
+    ap.add_argument("--commit", default="", help="the binary's commit (default: from `serve8 --version`)")
     ap.add_argument("--out", default="")
     ap.add_argument("serve_args", nargs="*")
     a = ap.parse_args()
@@ -85,9 +87,11 @@ def main():
     steps = info["large_decode_steps"]
     secs = info["large_decode_seconds"]
     host = info["large_decode_host_seconds"]
-    rec = {"label": a.label, "command": " ".join(cmd), "git_hash": os.environ.get("SERVE8_GIT_HASH", ""),
+    version = subprocess.run([a.bin, "--version"], capture_output=True, text=True).stdout.split()
+    rec = {"label": a.label, "command": " ".join(cmd),
+           "git_hash": a.commit or (version[-1] if version else "unknown"),
            "device": info.get("device", ""), "date": time.strftime("%Y-%m-%d"), "requests": a.requests,
-           "input_len": a.input_len, "output_len": a.output_len, "peak_running": info.get("peak_running_requests"),
+           "input_len": a.input_len, "output_len": a.output_len, "peak_running": info.get("peak_running"),
            "large_decode_steps": steps, "mean_step_ms": 1e3 * secs / steps if steps else None,
            "host_ms_per_step": 1e3 * host / steps if steps else None, "wall_s": wall}
     print(json.dumps(rec))

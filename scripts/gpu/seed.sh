@@ -10,7 +10,7 @@
 # read) / decode step time / copy bandwidth, over all decode steps and over those of >= 64 rows.
 #
 # Internal to scripts/gpu.sh: `scripts/gpu.sh seed [N]`, serve8 and the data from the pack. A
-# device command ends within 600 s and all six runs of Llama-2-13B take ~8-10 min, so split the
+# GPU job ends within 600 s and all six runs of Llama-2-13B take ~8-10 min, so split the
 # models over two commands, the second right after the first while the machine is warm:
 #   SEED_MODELS="llama-2-13b:auto,fp8_e5m2" bash scripts/gpu.sh seed
 #   SEED_MODELS="llama-3-8b llama-2-13b:fp8_e4m3" bash scripts/gpu.sh seed
