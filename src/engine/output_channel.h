@@ -1,12 +1,9 @@
 // The way out of the scheduler: each request's RequestStream, and the OutputDispatcher that fills
 // them from a thread of its own.
 //
-// Waking a waiting request thread costs a futex call and, with hundreds of streams, a contended
-// run queue: pushing 1,000 events one by one took 9 ms on this project's 2-core CI machine (about
-// what the H200 server measured as host time per decode step with 1,000 running requests:
-// bench/README.md). The scheduler thread therefore only appends events to a list (add) and hands
-// the list over once per step (flush); the dispatcher thread does the wake-ups while the GPU runs
-// the next step. One thread, one FIFO: a stream's events keep their order.
+// Waking a waiting request thread costs a futex call, and hundreds of them a step would be host
+// time the GPU waits for; so the scheduler only appends events (add) and hands the list over once
+// per step (flush), and this thread wakes the streams while the GPU runs. One FIFO keeps order.
 #pragma once
 
 #include <chrono>

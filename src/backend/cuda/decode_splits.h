@@ -5,8 +5,7 @@
 // split, and a launch whose last wave fills few of the resident slots idles the rest of the GPU
 // for a whole block lifetime. So: the fewest splits whose launch keeps the slots busy, i.e. whose
 // blocks fill `resident` (blocks the GPU holds at once) to at least kMinUtilization over whole
-// waves, else the count that comes closest. On the H200, Llama-2-13B heads at B=16 (640 blocks on
-// 528 FP8 slots: 61% utilization) ran at 72% of the copy bandwidth against 96% for B=64.
+// waves, else the count that comes closest (a 61%-full last wave cost a quarter of the bandwidth).
 #pragma once
 
 #include "core/dtype.h"  // SERVE8_HD
@@ -43,13 +42,9 @@ SERVE8_HD constexpr int decode_splits_for(int kv_len, int max_splits, int min_ch
   return n < 1 ? 1 : (n < max_splits ? n : max_splits);
 }
 
-// Where the unsplit launch already has more blocks than SMs, long streams per block won (of {2, 4,
-// 8} blocks per SM x {256, 512, 1024} tokens, 2 x 1024 was best; Llama-2-13B heads at B=16 ran
-// 8-32% slower with 128-256-token splits). With at most a block per SM (B=1; Llama-3 heads at
-// B=16) a launch is latency-bound: there 256-token splits, but at least 8 (of 64 tokens or more),
-// were the best or within 0.7 us of the best of {64, 128, 256, 512}-token splits on 512-8k tokens
-// (bench/README.md). A function of the launch shape only, so a
-// CUDA-graph bucket keeps its grid.
+// With more blocks than SMs unsplit, long streams per block win (1024 tokens); with at most a
+// block per SM the launch is latency-bound and 256-token splits, at least 8, win (bench_attention's
+// decode grid). A function of the launch shape only, so a CUDA-graph bucket keeps its grid.
 struct DecodeSplitRule {
   int min_chunk, min_count;
 };

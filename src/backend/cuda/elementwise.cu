@@ -9,8 +9,8 @@ namespace serve8 {
 namespace {
 
 constexpr int kRowThreads = 256;
-// RoPE: a block per (token, 8 heads), so that one decode token spreads over many SMs (one block
-// per token took 17 us per layer for Llama-2-7B's 64 heads); 4 rotations in flight per thread.
+// RoPE: a block per (token, 8 heads), so that one decode token spreads over many SMs instead of
+// serializing its heads in one block; 4 rotations in flight per thread.
 constexpr int kRopeThreads = 128;
 constexpr int kRopeHeadsPerBlock = 8;
 constexpr int kRopePerThread = 4;
