@@ -284,6 +284,7 @@ def test_unknown_top_level_fields_are_ignored(text_server):
 
 def test_batches_with_a_bad_item_are_refused_whole(text_server):
     """A batch with one bad prompt or parameter is refused before anything runs."""
+    text_server.assert_all_slots_free()  # the earlier tests' requests counted as finished first
     before = text_server.server_info()["num_finished"]
     sp_ok = {"max_new_tokens": 2}
     for path, body, param in (
