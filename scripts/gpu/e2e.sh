@@ -7,6 +7,8 @@
 #   kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 KV against bf16 KV: mean KLD and top-1
 #   bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #   mbu     bench-one-batch MBU and op profile, Llama-3-8B / Llama-2-13B dummy, each KV dtype, B=64-256
+#   fp8w    bench-one-batch with --quantization fp8 against bf16 weights, the same models, bf16 and
+#           fp8_e5m2 KV, B=1 and 64, 1,024-token prompts, op profile
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
 #           same file (gguf_file=), then fp16 / fp8_e5m2 / fp8_e4m3 KV vs bf16 KV (eval kld) on
@@ -181,6 +183,26 @@ mbu() {
   done
 }
 
+# FP8 weights (--quantization fp8) against the bf16 checkpoint: the decode step and its ops.
+# SERVE8_FP8W_MODELS / _KV / _BATCHES narrow it.
+fp8w() {
+  local copy
+  copy=$(python3 "$root/scripts/seed_experiment.py" copybw cuda 2>>"$OUT/log.txt")
+  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
+  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/fp8w_summary.txt"
+  for cfg in ${SERVE8_FP8W_MODELS:-llama-3-8b llama-2-13b}; do
+    for kv in ${SERVE8_FP8W_KV:-auto fp8_e5m2}; do
+      for q in none fp8; do
+        # shellcheck disable=SC2086  # the batch list is several arguments
+        "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
+          --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_FP8W_BATCHES:-1 64} --input-len 1024 \
+          --output-len 32 --profile-steps 4 --copy-gbps "$copy" --result-filename "$OUT/fp8w_bench_one_batch.jsonl" \
+          2>>"$OUT/log.txt" | sed "s/^/$cfg kv $kv weights $q: /" | tee -a "$OUT/fp8w_summary.txt"
+      done
+    done
+  done
+}
+
 # In a subshell: the clients on PYTHONPATH would shadow the machine's packages in later steps.
 http() (
   export PYTHONPATH="$E/py/clients${PYTHONPATH:+:$PYTHONPATH}"
@@ -197,8 +219,8 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
 for s in "${steps[@]}"; do
   case "$s" in
-    golden|hf|hf32|kvfp8|bench|mbu|http|gguf|gguf32) ;;
-    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu http gguf gguf32)" >&2; exit 2 ;;
+    golden|hf|hf32|kvfp8|bench|mbu|fp8w|http|gguf|gguf32) ;;
+    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w http gguf gguf32)" >&2; exit 2 ;;
   esac
 done
 # Steps work in a scratch folder; $OUT receives one archive of it and the summaries, so that few

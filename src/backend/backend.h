@@ -203,6 +203,14 @@ class Backend {
   virtual void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) = 0;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). out may be fp32 when x is bf16/fp16 (logits).
   virtual void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
+  // FP8 rows: scale[r] = max|x[r]| / 448 (1 for a zero row), q[r] = e4m3(x[r] * 448 / max|x[r]|),
+  // rounded and saturated as core/dtype.h does, so every backend gives the same bytes. x [R, K] in
+  // the compute dtype (weights at load, per output channel; activations per token); q [R, K] e4m3.
+  virtual void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) = 0;
+  // out[M, N] = (xq[M, K] · wq[N, K]^T) * x_scale[M] * w_scale[N] (+ bias[N]); e4m3 operands, fp32
+  // accumulation, out in the compute dtype.
+  virtual void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
+                        const Tensor* bias, Tensor out) = 0;
   // Rotates q [T, Hq, D] and k [T, Hkv, D] in place by positions [T], HF "rotate half" layout
   // (pairs (i, i + D/2)); inv_freq [D/2] fp32 holds the (possibly llama3-scaled) frequencies.
   virtual void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) = 0;

@@ -136,6 +136,8 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
                         {"model_path", a.engine.model_path},
                         {"load_format", a.engine.load_format},
                         {"kv_cache_dtype", dtype_name(e.kv->config().dtype)},
+                        {"weight_dtype", e.model->weight_dtype()},
+                        {"weight_bytes", e.model->weight_bytes()},
                         {"cuda_graph", graphs},
                         {"batch_size", bs},
                         {"input_len", a.input_len},

@@ -47,6 +47,9 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--model-path,--model", a.model_path, "HF model directory (config.json, *.safetensors)");
   app.add_option("--tokenizer-path", a.tokenizer_path, "tokenizer directory or file (default: the model's)");
   app.add_option("--load-format", a.load_format, "auto | safetensors | dummy (seeded random weights)");
+  app.add_option("--quantization", a.quantization,
+                 "fp8: quantize the layers' matrices at load to float8_e4m3, one scale per output channel; "
+                 "activations per token");
   app.add_option("--device", a.device, "auto | cpu | cuda");
   app.add_option("--dtype", a.dtype,
                  "weights and activations: auto (bfloat16 on cuda, float32 on cpu) | bfloat16 | float32 (cuda: "

@@ -1,6 +1,7 @@
-// `serve8 eval kld`: how far a KV dtype moves the model's predictions from a reference KV dtype,
-// as llama.cpp's --kl-divergence reports it. One model, two KV pools: every step runs once per
-// pool with the same tokens. The text is cut into chunks of --context tokens (a new chunk every
+// `serve8 eval kld`: how far a KV dtype (or, with --quantization, FP8 weights) moves the model's
+// predictions from a reference, as llama.cpp's --kl-divergence reports it. Two KV pools (and with
+// --quantization a second model holding the checkpoint's own weights): every step runs once per
+// side with the same tokens. The text is cut into chunks of --context tokens (a new chunk every
 // --stride, each document on its own, each chunk led by BOS where the model takes one); in each, the first half is
 // prefilled and the second half is fed one token per decode step (teacher forcing), and every prediction of the second
 // half is scored: its attention reads the quantized pool, as a served request's decode steps do.
@@ -102,6 +103,15 @@ int run_eval_kld(EvalKldArgs a) {
   SERVE8_CHECK(!chunks.empty(), "eval kld: the text has {} tokens, too few to score", num_tokens);
 
   LlamaModel& model = *e.model;
+  std::unique_ptr<LlamaModel> ref_owner;  // the unquantized weights, when the test side quantizes them
+  if (parse_weight_quant(a.engine.quantization) != WeightQuant::kNone) {
+    LoadOptions lo;
+    lo.model_path = a.engine.model_path;
+    lo.load_format = a.engine.load_format;
+    lo.seed = a.engine.seed;
+    ref_owner = load_llama_model(lo, *e.backend, model.max_tokens(), model.max_seqs());
+  }
+  LlamaModel& ref_model = ref_owner ? *ref_owner : model;
   const int64_t vocab = model.config().vocab_size;
   Scores sc;
   // Steps run in lockstep over a batch of chunks: batch chunks of one length together.
@@ -114,7 +124,7 @@ int run_eval_kld(EvalKldArgs a) {
     std::vector<std::vector<int32_t>> heads;
     for (size_t i = 0; i < n; ++i) heads.emplace_back(chunks[c0 + i].begin(), chunks[c0 + i].begin() + half);
     const std::vector<int32_t> first = first_slots(static_cast<int>(n), len, *e.kv);
-    const auto lr = prefill(model, *ref_kv, heads, first, e.scheduler.max_prefill_tokens, model.max_seqs(), true);
+    const auto lr = prefill(ref_model, *ref_kv, heads, first, e.scheduler.max_prefill_tokens, model.max_seqs(), true);
     const auto lt = prefill(model, *e.kv, heads, first, e.scheduler.max_prefill_tokens, model.max_seqs(), true);
     for (size_t i = 0; i < n; ++i) sc.add(lr[i].data(), lt[i].data(), vocab, chunks[c0 + i][static_cast<size_t>(half)]);
     std::vector<float> hr(n * static_cast<size_t>(vocab)), ht(hr.size());
@@ -122,7 +132,7 @@ int run_eval_kld(EvalKldArgs a) {
     for (int j = half; j + 1 < len; ++j) {
       std::vector<int32_t> tokens(n), positions(n, j);
       for (size_t i = 0; i < n; ++i) tokens[i] = chunks[c0 + i][static_cast<size_t>(j)];
-      Tensor r = decode_step(model, *ref_kv, scratch, tokens, positions, first);
+      Tensor r = decode_step(ref_model, *ref_kv, scratch, tokens, positions, first);
       e.backend->copy_to_host(hr.data(), r.data, hr.size() * sizeof(float));
       Tensor t = decode_step(model, *e.kv, scratch, tokens, positions, first);
       e.backend->copy_to_host(ht.data(), t.data, ht.size() * sizeof(float));
@@ -145,8 +155,9 @@ int run_eval_kld(EvalKldArgs a) {
   for (double d : sc.dp) dp2 += d * d;
   const double rms_dp = std::sqrt(dp2 / static_cast<double>(m));
   const std::string test_dtype(dtype_name(e.kv->config().dtype));
-  fmt::print("KV {} against KV {}: {} chunks of {} tokens, {} scored predictions (decode steps over the pool)\n",
-             test_dtype, a.reference, chunks.size(), chunks[0].size(), m);
+  fmt::print("weights {}, KV {} against weights {}, KV {}: {} chunks of {} tokens, {} scored predictions (decode "
+             "steps over the pool)\n",
+             model.weight_dtype(), test_dtype, ref_model.weight_dtype(), a.reference, chunks.size(), chunks[0].size(), m);
   fmt::print("Mean    KLD: {:10.6f} ± {:.6f}\n", kmean, kerr);
   fmt::print("99.0%   KLD: {:10.6f}\n", p99);
   fmt::print("Maximum KLD: {:10.6f}\n", sorted.back());
@@ -158,6 +169,8 @@ int run_eval_kld(EvalKldArgs a) {
     const nlohmann::json j = {{"command", invoked_command_line()},
                               {"device", e.backend->device_description()},
                               {"kv_cache_dtype", test_dtype},
+                              {"weight_dtype", model.weight_dtype()},
+                              {"reference_weight_dtype", ref_model.weight_dtype()},
                               {"reference_kv_cache_dtype", a.reference},
                               {"quantization_param_path", a.engine.quantization_param_path},
                               {"chunks", chunks.size()},

@@ -99,6 +99,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   lo.model_path = args.model_path;
   lo.load_format = args.load_format;
   lo.seed = args.seed;
+  lo.quantization = parse_weight_quant(args.quantization);
   std::unique_ptr<LlamaModel> model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
   const ModelConfig& mc = model->config();
   if (backend->name() == "cuda" && backend->compute_dtype() == DType::kF32 && mc.head_dim > 32) {

@@ -33,6 +33,7 @@ struct EngineArgs {
   std::string device = "auto";       // auto | cpu | cuda
   std::string dtype = "auto";        // compute dtype: auto (bf16 on cuda, fp32 on cpu) | bfloat16 | float32
   std::string kv_cache_dtype = "auto";
+  std::string quantization;  // weights: "" (the checkpoint's dtype) | fp8 (e4m3 per output channel)
   std::string quantization_param_path;  // KV scales JSON (fp8_e4m3)
   int64_t max_total_tokens = 0;         // 0: from memory (GPU) or a CPU default
   double mem_fraction_static = 0.88;

@@ -66,7 +66,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   return c;
 }
 
-LlamaWeights load_gguf_weights(const ModelConfig& c, const GgufFile& f, Backend& backend) {
+LlamaWeights load_gguf_weights(const ModelConfig& c, const GgufFile& f, Backend& backend, WeightQuant quant) {
   const auto start = std::chrono::steady_clock::now();
   const DType cdt = backend.compute_dtype();
   const bool permuted = c.architecture == "LlamaForCausalLM";
@@ -115,6 +115,7 @@ LlamaWeights load_gguf_weights(const ModelConfig& c, const GgufFile& f, Backend&
     }
     *dst = t;
     w.storage.push_back(std::move(buf));
+    quantize_if_matrix(w, dst, quant, backend);
   };
   load(&w.embed, {{"token_embd.weight", {c.vocab_size, h}}});
   w.layers.resize(static_cast<size_t>(c.num_layers));
@@ -140,7 +141,7 @@ LlamaWeights load_gguf_weights(const ModelConfig& c, const GgufFile& f, Backend&
   }
   for (const Buffer& b : w.storage) w.bytes += b.bytes();
   spdlog::info("loaded {} tensors from {}: {:.2f} GiB of {} weights in {:.1f} s", f.tensors().size(), f.path(),
-               static_cast<double>(w.bytes) / (1 << 30), dtype_name(cdt),
+               static_cast<double>(w.bytes) / (1 << 30), weight_dtype_name(w, cdt),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return w;
 }

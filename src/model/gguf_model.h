@@ -14,6 +14,7 @@ ModelConfig gguf_model_config(const GgufFile& file);
 // llama.cpp's converter stores the q and k projections of `llama` models with each head's rows
 // interleaved for its RoPE (pairs (2i, 2i+1)); they are put back in HF's rotate-half order
 // (pairs (i, i + D/2)) here, so the rest of serve8 sees one layout.
-LlamaWeights load_gguf_weights(const ModelConfig& config, const GgufFile& file, Backend& backend);
+LlamaWeights load_gguf_weights(const ModelConfig& config, const GgufFile& file, Backend& backend,
+                               WeightQuant quant = WeightQuant::kNone);
 
 }  // namespace serve8

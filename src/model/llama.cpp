@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -41,6 +42,11 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
   last_hidden_ = make_buffer(backend, c, max_seqs, h);
   logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
+  if (!weights_.layers.empty() && weights_.layers[0].fp8()) {
+    const int64_t widest = std::max<int64_t>({h, config_.q_size(), config_.intermediate_size});
+    act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
+    act_scale_ = make_buffer(backend, DType::kF32, max_tokens, 1);
+  }
   backend.reserve_steps(StepLimits{max_tokens, max_seqs, config_.num_heads, config_.num_kv_heads, config_.head_dim});
   const std::vector<float> inv_freq = config_.rope_inv_freq();
   inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
@@ -57,7 +63,7 @@ double LlamaModel::decode_weight_bytes() const {
 size_t LlamaModel::activation_bytes() const {
   size_t n = 0;
   for (const Buffer* b : {&residual_, &normed_, &q_, &k_, &v_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
-                          &logits_, &inv_freq_})
+                          &logits_, &inv_freq_, &act_q_, &act_scale_})
     n += b->bytes();
   return n;
 }
@@ -99,6 +105,22 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   return logits;
 }
 
+LlamaModel::GemmInput LlamaModel::gemm_input(const Tensor& x, bool fp8) {
+  if (!fp8) return {x, {}, {}};
+  const int64_t m = x.dim(0), k = x.dim(1);
+  GemmInput in{x, act_q_.view(DType::kFP8E4M3, {m, k}), act_scale_.view(DType::kF32, {m})};
+  backend_.quantize_fp8_rows(x, in.xq, in.xs);
+  return in;
+}
+
+void LlamaModel::linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out) {
+  if (w.dtype == DType::kFP8E4M3) {
+    backend_.gemm_fp8(in.xq, in.xs, w, w_scale, bias, out);
+  } else {
+    backend_.gemm(in.x, w, bias, out);
+  }
+}
+
 void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int t) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const DType c = backend_.compute_dtype();
@@ -119,24 +141,30 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
     bk = w.bqkv.rows(qs, kvs);
     bv = w.bqkv.rows(qs + kvs, kvs);
   }
-  backend_.gemm(normed, w.wqkv.rows(0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
-  backend_.gemm(normed, w.wqkv.rows(qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
-  backend_.gemm(normed, w.wqkv.rows(qs + kvs, kvs), bv.empty() ? nullptr : &bv, v.reshape({t, kvs}));
+  const bool fp8 = w.fp8();
+  const auto scale_rows = [&w](int64_t begin, int64_t count) {
+    return w.wqkv_scale.empty() ? Tensor() : w.wqkv_scale.rows(begin, count);
+  };
+  const GemmInput in_qkv = gemm_input(normed, fp8);
+  linear(in_qkv, w.wqkv.rows(0, qs), scale_rows(0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
+  linear(in_qkv, w.wqkv.rows(qs, kvs), scale_rows(qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
+  linear(in_qkv, w.wqkv.rows(qs + kvs, kvs), scale_rows(qs + kvs, kvs), bv.empty() ? nullptr : &bv,
+         v.reshape({t, kvs}));
   backend_.rope(q, k, db.positions, inv_freq_.view(DType::kF32, {d / 2}));
   backend_.kv_store(k, v, db, kv);
   if (kv_observer_) kv_observer_(l, k, v);
   Tensor attn = attn_out_.view(c, {t, config_.num_heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
-  backend_.gemm(attn.reshape({t, qs}), w.wo, nullptr, proj_out);
+  linear(gemm_input(attn.reshape({t, qs}), fp8), w.wo, w.wo_scale, nullptr, proj_out);
 
   Tensor residual = residual_.view(c, {t, h});
   backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed);
   Tensor gate_up = gate_up_.view(c, {t, 2ll * config_.intermediate_size});
-  backend_.gemm(normed, w.w_gate_up, nullptr, gate_up);
+  linear(gemm_input(normed, fp8), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
   Tensor act = act_.view(c, {t, config_.intermediate_size});
   backend_.silu_mul(gate_up, act);
-  backend_.gemm(act, w.w_down, nullptr, proj_out);
+  linear(gemm_input(act, fp8), w.w_down, w.w_down_scale, nullptr, proj_out);
 }
 
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
@@ -147,8 +175,9 @@ std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend
                  "--load-format {} cannot read {}", options.load_format, options.model_path);
     const GgufFile file(options.model_path);
     ModelConfig config = gguf_model_config(file);
-    LlamaWeights weights = options.load_format == "dummy" ? dummy_llama_weights(config, backend, options.seed)
-                                                          : load_gguf_weights(config, file, backend);
+    LlamaWeights weights = options.load_format == "dummy"
+                               ? dummy_llama_weights(config, backend, options.seed, options.quantization)
+                               : load_gguf_weights(config, file, backend, options.quantization);
     return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
   }
   ModelConfig config = builtin ? builtin_tiny_llama_config() : load_model_config(options.model_path);
@@ -156,15 +185,15 @@ std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend
   if (builtin || options.load_format == "dummy") {
     spdlog::info("model: dummy weights (seed {}) for {} ({} layers, hidden {}, {} params)", options.seed,
                  config.architecture, config.num_layers, config.hidden_size, config.num_parameters());
-    weights = dummy_llama_weights(config, backend, options.seed);
+    weights = dummy_llama_weights(config, backend, options.seed, options.quantization);
   } else {
     SERVE8_CHECK(options.load_format == "auto" || options.load_format == "safetensors",
                  "unknown --load-format '{}' (expected auto, safetensors or dummy)", options.load_format);
-    weights = load_llama_weights(config, options.model_path, backend);
+    weights = load_llama_weights(config, options.model_path, backend, options.quantization);
   }
   spdlog::info("model: {} layers, {} heads / {} kv heads, head_dim {}, vocab {}; weights {:.2f} GiB ({})",
                config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim, config.vocab_size,
-               static_cast<double>(weights.bytes) / (1 << 30), dtype_name(backend.compute_dtype()));
+               static_cast<double>(weights.bytes) / (1 << 30), weight_dtype_name(weights, backend.compute_dtype()));
   return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
 }
 

@@ -23,6 +23,7 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   size_t weight_bytes() const { return weights_.bytes; }
+  std::string weight_dtype() const { return weight_dtype_name(weights_, backend_.compute_dtype()); }
   // What one decode step reads of the weights: all of them but an untied input embedding table, of
   // which it gathers one row per sequence (left out; counted at the mean bytes per parameter).
   double decode_weight_bytes() const;
@@ -70,6 +71,16 @@ class LlamaModel {
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.
   Buffer residual_, normed_, q_, k_, v_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
+  // FP8 weights: a GEMM's input quantized per token, and its scales.
+  Buffer act_q_, act_scale_;
+  // A GEMM's input: x, and with FP8 weights its e4m3 rows and scales, quantized once for every GEMM
+  // that reads x.
+  struct GemmInput {
+    Tensor x, xq, xs;
+  };
+  GemmInput gemm_input(const Tensor& x, bool fp8);
+  // out = x · w^T (+ bias) in the matrix's dtype.
+  void linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out);
 };
 
 // Loads config.json and weights from an HF directory (or dummy weights of that config).
@@ -77,6 +88,7 @@ struct LoadOptions {
   std::string model_path;
   std::string load_format = "auto";  // auto | safetensors | dummy
   uint64_t seed = 0;                 // dummy weights
+  WeightQuant quantization = WeightQuant::kNone;
 };
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
                                              int max_seqs);

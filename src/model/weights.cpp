@@ -91,6 +91,17 @@ std::vector<std::vector<int64_t>> source_shapes(const ModelConfig& c, const Targ
   return out;
 }
 
+// The scale tensor of `t` if it is one of a layer's four matrices, else nullptr.
+Tensor* scale_of(LlamaWeights& w, const Tensor* t) {
+  for (LayerWeights& l : w.layers) {
+    if (t == &l.wqkv) return &l.wqkv_scale;
+    if (t == &l.wo) return &l.wo_scale;
+    if (t == &l.w_gate_up) return &l.w_gate_up_scale;
+    if (t == &l.w_down) return &l.w_down_scale;
+  }
+  return nullptr;
+}
+
 void finish(LlamaWeights& w, const ModelConfig& c) {
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   for (const Buffer& b : w.storage) w.bytes += b.bytes();
@@ -141,7 +152,34 @@ struct DummySpec {
 
 }  // namespace
 
-LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& model_dir, Backend& backend) {
+WeightQuant parse_weight_quant(const std::string& name) {
+  if (name.empty() || name == "none") return WeightQuant::kNone;
+  if (name == "fp8") return WeightQuant::kFp8;
+  fail("unknown --quantization '{}' (expected fp8, or none for the checkpoint's dtype)", name);
+}
+
+void quantize_if_matrix(LlamaWeights& w, Tensor* target, WeightQuant quant, Backend& backend) {
+  Tensor* scale = quant == WeightQuant::kFp8 ? scale_of(w, target) : nullptr;
+  if (scale == nullptr || target->dtype == DType::kFP8E4M3) return;
+  const int64_t rows = target->dim(0), cols = target->dim(1);
+  Buffer q(backend, static_cast<size_t>(rows * cols));
+  Buffer s(backend, static_cast<size_t>(rows) * sizeof(float));
+  const Tensor qt = q.view(DType::kFP8E4M3, {rows, cols}), st = s.view(DType::kF32, {rows});
+  backend.quantize_fp8_rows(*target, qt, st);
+  std::erase_if(w.storage, [&](const Buffer& b) { return b.data() == target->data; });
+  *target = qt;
+  *scale = st;
+  w.storage.push_back(std::move(q));
+  w.storage.push_back(std::move(s));
+}
+
+std::string weight_dtype_name(const LlamaWeights& w, DType compute) {
+  const std::string c(dtype_name(compute));
+  return !w.layers.empty() && w.layers[0].fp8() ? "fp8_e4m3 (per-channel scales) + " + c : c;
+}
+
+LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& model_dir, Backend& backend,
+                                WeightQuant quant) {
   const auto start = std::chrono::steady_clock::now();
   const DType cdt = checked_compute_dtype(backend);
   const SafetensorsCheckpoint ckpt(model_dir);
@@ -181,15 +219,16 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
     }
     *t.dst = make_tensor(buf.data(), cdt, t.shape);
     w.storage.push_back(std::move(buf));
+    quantize_if_matrix(w, t.dst, quant, backend);
   }
   finish(w, config);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("loaded {} tensors from {}: {:.2f} GiB of {} weights in {:.1f} s", targets.size(), model_dir,
-               static_cast<double>(w.bytes) / (1 << 30), dtype_name(cdt), secs);
+               static_cast<double>(w.bytes) / (1 << 30), weight_dtype_name(w, cdt), secs);
   return w;
 }
 
-LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, uint64_t seed) {
+LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, uint64_t seed, WeightQuant quant) {
   const auto start = std::chrono::steady_clock::now();
   const DType cdt = checked_compute_dtype(backend);
   const ModelConfig& c = config;
@@ -249,11 +288,12 @@ LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, ui
     }
     *s.dst = make_tensor(buf.data(), cdt, s.shape);
     w.storage.push_back(std::move(buf));
+    quantize_if_matrix(w, s.dst, quant, backend);
   }
   finish(w, config);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("generated dummy weights (seed {}): {:.2f} GiB of {} in {:.1f} s", seed,
-               static_cast<double>(w.bytes) / (1 << 30), dtype_name(cdt), secs);
+               static_cast<double>(w.bytes) / (1 << 30), weight_dtype_name(w, cdt), secs);
   return w;
 }
 

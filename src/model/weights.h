@@ -1,5 +1,6 @@
 // LlamaWeights: a Llama-family model's parameters in backend memory, in the backend's compute
-// dtype, with Q/K/V and gate/up fused into one matrix each so each sub-layer is one GEMM.
+// dtype, with Q/K/V and gate/up fused into one matrix each so each sub-layer is one GEMM. With FP8
+// weights the four matrices of a layer are e4m3 with one fp32 scale per row (output channel).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,9 @@ struct LayerWeights {
   Tensor ffn_norm;   // [H]
   Tensor w_gate_up;  // [2 * I, H]: rows of gate_proj, then up_proj
   Tensor w_down;     // [H, I]
+  // FP8 weights only: [rows] fp32, one per row of the matrix of the same name.
+  Tensor wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;
+  bool fp8() const { return wqkv.dtype == DType::kFP8E4M3; }
 };
 
 struct LlamaWeights {
@@ -30,13 +34,26 @@ struct LlamaWeights {
   size_t bytes = 0;             // total bytes in backend memory
 };
 
+// How the layers' matrices are kept: in the compute dtype, or quantized at load to e4m3 per output
+// channel (--quantization fp8), one matrix at a time on the backend.
+enum class WeightQuant { kNone, kFp8 };
+// "" / "none" -> kNone, "fp8" -> kFp8; throws naming --quantization for anything else.
+WeightQuant parse_weight_quant(const std::string& name);
+// If `target` is one of a layer's four matrices and quant is kFp8, replaces it (and frees its
+// buffer in w.storage) by its e4m3 rows and their scales. The loaders call it as each tensor lands.
+void quantize_if_matrix(LlamaWeights& w, Tensor* target, WeightQuant quant, Backend& backend);
+// "bf16", or "fp8_e4m3 (per-channel scales) + bf16" where the matrices are FP8: logs and server info.
+std::string weight_dtype_name(const LlamaWeights& w, DType compute);
+
 // Loads an HF directory's *.safetensors (one file, or shards through model.safetensors.index.json)
 // into the backend, converting bf16/fp16/fp32 to the compute dtype. Throws serve8::Error naming
 // the file and tensor for a missing tensor, a wrong shape or an unsupported dtype.
-LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& model_dir, Backend& backend);
+LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& model_dir, Backend& backend,
+                                WeightQuant quant = WeightQuant::kNone);
 
 // Seeded random weights of the right shapes (for `--load-format dummy` benchmarks): norms near
 // 1, matrices uniform with std about 1/sqrt(fan_in) so activations stay in range.
-LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, uint64_t seed);
+LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, uint64_t seed,
+                                 WeightQuant quant = WeightQuant::kNone);
 
 }  // namespace serve8

@@ -203,6 +203,7 @@ Json server_info(const ServerContext& ctx) {
           {"large_decode_host_seconds", s.large_decode.host_seconds},
           {"large_decode_kv_tokens", s.large_decode.kv_tokens},
           {"weight_bytes", ctx.engine.model().weight_bytes()},
+          {"weight_dtype", ctx.engine.model().weight_dtype()},
           {"decode_weight_bytes", ctx.engine.model().decode_weight_bytes()},
           {"internal_states", Json::array({internal})}};
 }

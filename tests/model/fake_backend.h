@@ -39,6 +39,10 @@ class HostMemoryBackend : public Backend {
   void rmsnorm(const Tensor&, const Tensor&, float, Tensor) override { unsupported(); }
   void add_rmsnorm(const Tensor&, Tensor, const Tensor&, float, Tensor) override { unsupported(); }
   void gemm(const Tensor&, const Tensor&, const Tensor*, Tensor) override { unsupported(); }
+  void quantize_fp8_rows(const Tensor&, Tensor, Tensor) override { unsupported(); }
+  void gemm_fp8(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor) override {
+    unsupported();
+  }
   void rope(Tensor, Tensor, const Tensor&, const Tensor&) override { unsupported(); }
   void kv_store(const Tensor&, const Tensor&, const DeviceBatch&, const KvLayer&) override { unsupported(); }
   void attention(const Tensor&, const KvLayer&, const DeviceBatch&, float, Tensor) override { unsupported(); }

@@ -222,6 +222,11 @@ class CpuBackend final : public Backend {
     cpu::add_rmsnorm(x, residual, weight, eps, out);
   }
   void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override { cpu::gemm(x, w, bias, out); }
+  void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override { cpu::quantize_fp8_rows(x, q, scale); }
+  void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                Tensor out) override {
+    cpu::gemm_fp8(xq, x_scale, wq, w_scale, bias, out);
+  }
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override {
     cpu::rope(q, k, positions, inv_freq);
   }

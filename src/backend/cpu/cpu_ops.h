@@ -1,5 +1,6 @@
 // The CPU ops as free functions, one per Backend op (semantics in backend/backend.h). CpuBackend
-// forwards to them; they are split over cpu_dense.cpp, cpu_attention.cpp and cpu_sampling.cpp.
+// forwards to them; they are split over cpu_dense.cpp, cpu_fp8.cpp, cpu_attention.cpp and
+// cpu_sampling.cpp.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,9 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out);
 void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out);
 void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out);
 void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
+void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale);
+void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+              Tensor out);
 void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq);
 void silu_mul(const Tensor& gate_up, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);

@@ -362,6 +362,63 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
   gemm_->run(a);
 }
 
+void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
+  const OpScope profile(profiler_, "quantize_fp8");
+  constexpr const char* op = "quantize_fp8_rows";
+  check_activation(x, op, "x");
+  check_dtype(q, DType::kFP8E4M3, op, "q");
+  check_dtype(scale, DType::kF32, op, "scale");
+  SERVE8_CHECK(x.ndim == 2 && q.ndim == 2 && q.dim(0) == x.dim(0) && q.dim(1) == x.dim(1) && scale.ndim == 1 &&
+                   scale.dim(0) == x.dim(0),
+               "{}: x {}, q {} and scale {} must be [R, K], [R, K] and [R]", op, x.shape_str(), q.shape_str(),
+               scale.shape_str());
+  Fp8QuantParams p;
+  p.dtype = x.dtype;
+  p.x = x.data;
+  p.q = q.ptr<uint8_t>();
+  p.scale = scale.ptr<float>();
+  p.rows = x.dim(0);
+  p.cols = x.dim(1);
+  launch_quantize_fp8_rows(p, stream_);
+}
+
+void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
+                           const Tensor* bias, Tensor out) {
+  const OpScope profile(profiler_, "gemm");
+  constexpr const char* op = "gemm_fp8";
+  check_dtype(xq, DType::kFP8E4M3, op, "xq");
+  check_dtype(wq, DType::kFP8E4M3, op, "wq");
+  check_dtype(x_scale, DType::kF32, op, "x_scale");
+  check_dtype(w_scale, DType::kF32, op, "w_scale");
+  check_activation(out, op, "out");
+  SERVE8_CHECK(xq.ndim == 2 && wq.ndim == 2 && xq.dim(1) == wq.dim(1), "{}: xq {} and wq {} must be [M, K] and [N, K]",
+               op, xq.shape_str(), wq.shape_str());
+  const int64_t m = xq.dim(0), n = wq.dim(0), k = xq.dim(1);
+  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n && x_scale.numel() == m && w_scale.numel() == n,
+               "{}: out {}, x_scale {} and w_scale {} do not fit M={} N={}", op, out.shape_str(), x_scale.shape_str(),
+               w_scale.shape_str(), m, n);
+  // cuBLASLt's FP8 GEMMs take K in multiples of 16 (every Llama-family hidden and MLP size is).
+  SERVE8_CHECK(k % 16 == 0, "{}: K = {} is not a multiple of 16", op, k);
+  if (bias) {
+    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
+                 "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
+  }
+  GemmArgs a;
+  a.x = xq.data;
+  a.w = wq.data;
+  a.bias = bias ? bias->data : nullptr;
+  a.out = out.data;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.in_type = CUDA_R_8F_E4M3;
+  a.out_type = cuda_type(out.dtype);
+  a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
+  a.x_scale = x_scale.ptr<const float>();
+  a.w_scale = w_scale.ptr<const float>();
+  gemm_->run(a);
+}
+
 void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
   const OpScope profile(profiler_, "rope");
   constexpr const char* op = "rope";

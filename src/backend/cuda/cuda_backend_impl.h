@@ -67,6 +67,9 @@ class CudaBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) override;
   void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
+  void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override;
+  void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                Tensor out) override;
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override;
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,

@@ -25,6 +25,8 @@ const char* type_name(cudaDataType_t t) {
       return "fp16";
     case CUDA_R_32F:
       return "fp32";
+    case CUDA_R_8F_E4M3:
+      return "e4m3";
     default:
       return "other";
   }
@@ -52,8 +54,8 @@ void CublasLtGemm::destroy(Plan& plan) {
   plan = Plan{};
 }
 
-bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, int align_x, int align_w, int align_out,
-                            int align_bias) {
+bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bool scale_vectors, int align_x,
+                            int align_w, int align_out, int align_bias) {
   // fp32 accumulation. With fp32 x and w (--dtype float32) the products are fp32 too: plain
   // CUBLAS_COMPUTE_32F is IEEE fp32, never TF32 (that would take CUBLAS_COMPUTE_32F_FAST_TF32, and
   // cuBLASLt has no handle-wide math mode that could turn it on), so fp32 results match the CPU's.
@@ -69,6 +71,12 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, in
     const int32_t bias_type = args.bias_type;
     SERVE8_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  if (scale_vectors) {
+    // A is w: its vector runs over cuBLASLt's M, our N; B is x: over cuBLASLt's N, our M.
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
   }
   SERVE8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, args.in_type, args.k, args.n, args.k));
   SERVE8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, args.in_type, args.k, args.m, args.k));
@@ -99,6 +107,7 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, in
   }
   plan.algo = result.algo;
   plan.bias_epilogue = with_bias;
+  plan.scale_vectors = scale_vectors;
   return true;
 }
 
@@ -108,8 +117,14 @@ CublasLtGemm::Plan& CublasLtGemm::plan_for(const GemmArgs& args, const Key& key,
   if (it != plans_.end()) return it->second;
   Plan plan;
   bool ok = false;
-  if (args.bias) ok = try_plan(plan, args, true, align_x, align_w, align_out, align_bias);
-  if (!ok) ok = try_plan(plan, args, false, align_x, align_w, align_out, align_bias);
+  // e4m3 with cuBLASLt's per-row scale vectors where it has an algorithm; else unscaled, and the
+  // scales and bias follow in one small kernel.
+  const bool fp8 = args.in_type == CUDA_R_8F_E4M3;
+  for (int attempt = fp8 ? 0 : 1; attempt < 2 && !ok; ++attempt) {
+    const bool scales = attempt == 0;
+    if (args.bias && (scales || !fp8)) ok = try_plan(plan, args, true, scales, align_x, align_w, align_out, align_bias);
+    if (!ok) ok = try_plan(plan, args, false, scales, align_x, align_w, align_out, align_bias);
+  }
   SERVE8_CHECK(ok, "gemm: cuBLASLt has no algorithm for M={} N={} K={} in {} out {} (alignments x {} w {} out {})",
                args.m, args.n, args.k, type_name(args.in_type), type_name(args.out_type), align_x, align_w, align_out);
   return plans_.emplace(key, plan).first->second;
@@ -134,10 +149,27 @@ void CublasLtGemm::run(const GemmArgs& args) {
     SERVE8_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
   }
+  if (plan.scale_vectors) {
+    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &args.w_scale,
+                                                       sizeof(args.w_scale)));
+    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &args.x_scale,
+                                                       sizeof(args.x_scale)));
+  }
   const float alpha = 1.0f, beta = 0.0f;
   SERVE8_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, args.w, plan.a, args.x, plan.b, &beta, args.out,
                                      plan.d, args.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_));
-  if (args.bias && !plan.bias_epilogue) {
+  if (args.in_type == CUDA_R_8F_E4M3 && !plan.scale_vectors) {
+    Fp8ScaleParams p;
+    p.out = args.out;
+    p.out_f32 = args.out_type == CUDA_R_32F;
+    p.x_scale = args.x_scale;
+    p.w_scale = args.w_scale;
+    p.bias = args.bias;
+    p.bias_f32 = args.bias_type == CUDA_R_32F;
+    p.rows = args.m;
+    p.cols = args.n;
+    launch_fp8_scale(p, stream_);
+  } else if (args.bias && !plan.bias_epilogue) {
     BiasAddParams p;
     p.out = args.out;
     p.out_f32 = args.out_type == CUDA_R_32F;

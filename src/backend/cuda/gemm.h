@@ -21,9 +21,12 @@ struct GemmArgs {
   const void* bias = nullptr;  // optional
   void* out = nullptr;
   int64_t m = 0, n = 0, k = 0;
-  cudaDataType_t in_type = CUDA_R_16BF;  // x and w: bf16, fp16 or fp32
+  cudaDataType_t in_type = CUDA_R_16BF;  // x and w: bf16, fp16, fp32 or e4m3
   cudaDataType_t out_type = CUDA_R_16BF;
   cudaDataType_t bias_type = CUDA_R_16BF;
+  // e4m3 only: out[m, n] is scaled by x_scale[m] * w_scale[n] (fp32 vectors).
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
 };
 
 class CublasLtGemm {
@@ -41,13 +44,14 @@ class CublasLtGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool bias_epilogue = false;  // else a separate kernel adds the bias
+    bool scale_vectors = false;  // e4m3: cuBLASLt applies the scales, else a separate kernel does
   };
   // m, n, k, in, out, bias type (or -1 without bias), alignments of x, w, out and bias.
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, int, int, int, int>;
 
   Plan& plan_for(const GemmArgs& args, const Key& key, int align_x, int align_w, int align_out, int align_bias);
-  bool try_plan(Plan& plan, const GemmArgs& args, bool with_bias, int align_x, int align_w, int align_out,
-                int align_bias);
+  bool try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bool scale_vectors, int align_x, int align_w,
+                int align_out, int align_bias);
   static void destroy(Plan& plan);
 
   cudaStream_t stream_;

@@ -73,6 +73,30 @@ struct BiasAddParams {
 };
 void launch_bias_add(const BiasAddParams& p, cudaStream_t stream);
 
+// q[r] = e4m3(x[r] * 448 / max|x[r]|), scale[r] = max|x[r]| / 448 (1 for a zero row); x bf16 or fp32.
+struct Fp8QuantParams {
+  DType dtype = DType::kBF16;
+  const void* x = nullptr;
+  uint8_t* q = nullptr;
+  float* scale = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream);
+
+// out[m, n] = out[m, n] * x_scale[m] * w_scale[n] (+ bias[n]), after an unscaled FP8 GEMM.
+struct Fp8ScaleParams {
+  void* out = nullptr;
+  bool out_f32 = false;  // else bf16
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+  const void* bias = nullptr;  // optional
+  bool bias_f32 = false;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
+
 // Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
 // to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
 struct KvStoreParams {

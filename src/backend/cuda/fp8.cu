@@ -1,0 +1,73 @@
+// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token)
+// and, where cuBLASLt has no per-row scale vectors for a shape, the scales and bias after it.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kQuantThreads = 256;
+
+// One block per row: the row's max |x|, then the codes. The arithmetic is the CPU backend's
+// (x * (448 / amax), core/dtype.h's rounding) so both write the same bytes.
+template <typename T>
+__global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
+  const int64_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(p.x) + row * p.cols;
+  float amax = 0.0f;
+  for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) amax = fmaxf(amax, fabsf(Act<T>::load(x + j)));
+  __shared__ float warp_max[kQuantThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = 0.0f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float inv = amax > 0.0f ? kE4M3Max / amax : 0.0f;
+  uint8_t* q = p.q + row * p.cols;
+  for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = f32_to_e4m3(Act<T>::load(x + j) * inv);
+  if (threadIdx.x == 0) p.scale[row] = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+}
+
+__global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
+  const int64_t n = p.rows * p.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / p.cols, c = i % p.cols;
+    float b = 0.0f;
+    if (p.bias)
+      b = p.bias_f32 ? static_cast<const float*>(p.bias)[c]
+                     : bf16_bits_to_float(static_cast<const uint16_t*>(p.bias)[c]);
+    const float s = p.x_scale[r] * p.w_scale[c];
+    if (p.out_f32) {
+      float* o = static_cast<float*>(p.out) + i;
+      *o = *o * s + b;
+    } else {
+      uint16_t* o = static_cast<uint16_t*>(p.out) + i;
+      *o = float_to_bf16_bits(bf16_bits_to_float(*o) * s + b);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (p.dtype == DType::kF32) {
+    quantize_fp8_rows_kernel<float><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
+  } else {
+    quantize_fp8_rows_kernel<uint16_t><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("quantize_fp8_rows_kernel");
+}
+
+void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream) {
+  const int64_t n = p.rows * p.cols;
+  if (n == 0) return;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 8);
+  fp8_scale_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+  SERVE8_CUDA_CHECK_LAUNCH("fp8_scale_kernel");
+}
+
+}  // namespace serve8
