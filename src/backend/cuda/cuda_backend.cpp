@@ -403,6 +403,23 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
     SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
                  "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
   }
+  const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  if (m <= kFp8GemvMaxRows && aligned(xq.data) && aligned(wq.data)) {
+    Fp8GemvParams g;
+    g.x = xq.ptr<const uint8_t>();
+    g.w = wq.ptr<const uint8_t>();
+    g.x_scale = x_scale.ptr<const float>();
+    g.w_scale = w_scale.ptr<const float>();
+    g.bias = bias ? bias->data : nullptr;
+    g.bias_f32 = bias && bias->dtype == DType::kF32;
+    g.out = out.data;
+    g.out_f32 = out.dtype == DType::kF32;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    launch_fp8_gemv(g, stream_);
+    return;
+  }
   GemmArgs a;
   a.x = xq.data;
   a.w = wq.data;

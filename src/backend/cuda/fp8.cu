@@ -1,6 +1,11 @@
-// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token)
-// and, where cuBLASLt has no per-row scale vectors for a shape, the scales and bias after it.
+// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token),
+// the scales and bias after an unscaled cuBLASLt GEMM, and a GEMV for a few rows (decode at small
+// batches), where cuBLASLt's tensor-core tiles leave the weights' bandwidth unused.
 #include <algorithm>
+
+#include <cuda_fp8.h>
+
+#include <cstring>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
@@ -11,14 +16,27 @@ namespace {
 
 constexpr int kQuantThreads = 256;
 
-// One block per row: the row's max |x|, then the codes. The arithmetic is the CPU backend's
-// (x * (448 / amax), core/dtype.h's rounding) so both write the same bytes.
+// One block per row: the row's max |x|, then the codes, 8 elements per access where the row allows.
+// The arithmetic is the CPU backend's (x * (448 / amax), core/dtype.h's rounding), so both write
+// the same bytes.
 template <typename T>
 __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + row * p.cols;
+  uint8_t* q = p.q + row * p.cols;
+  const bool vec = p.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0 &&
+                   (reinterpret_cast<uintptr_t>(q) & 7u) == 0;
   float amax = 0.0f;
-  for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) amax = fmaxf(amax, fabsf(Act<T>::load(x + j)));
+  if (vec) {
+    for (int64_t j = 8 * threadIdx.x; j < p.cols; j += 8 * blockDim.x) {
+      float f[8];
+      Act<T>::load8(x + j, f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) amax = fmaxf(amax, fabsf(Act<T>::load(x + j)));
+  }
   __shared__ float warp_max[kQuantThreads / 32];
   for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
@@ -26,8 +44,21 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   amax = 0.0f;
   for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
   const float inv = amax > 0.0f ? kE4M3Max / amax : 0.0f;
-  uint8_t* q = p.q + row * p.cols;
-  for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = f32_to_e4m3(Act<T>::load(x + j) * inv);
+  if (vec) {
+    for (int64_t j = 8 * threadIdx.x; j < p.cols; j += 8 * blockDim.x) {
+      float f[8];
+      Act<T>::load8(x + j, f);
+      uint2 out{0, 0};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out.x |= uint32_t{f32_to_e4m3(f[i] * inv)} << (8 * i);
+        out.y |= uint32_t{f32_to_e4m3(f[4 + i] * inv)} << (8 * i);
+      }
+      *reinterpret_cast<uint2*>(q + j) = out;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = f32_to_e4m3(Act<T>::load(x + j) * inv);
+  }
   if (threadIdx.x == 0) p.scale[row] = amax > 0.0f ? amax / kE4M3Max : 1.0f;
 }
 
@@ -50,7 +81,94 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
   }
 }
 
+constexpr int kGemvWarps = 8;
+
+// Sixteen e4m3 codes widened to fp32 (exactly: e4m3 is a subset of fp16).
+__device__ __forceinline__ void widen16(const uint4& v, float (&f)[16]) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw r =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>((u[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
+      __half2 h2;
+      memcpy(&h2, &r, sizeof(h2));
+      const float2 f2 = __half22float2(h2);
+      f[4 * i + 2 * h] = f2.x;
+      f[4 * i + 2 * h + 1] = f2.y;
+    }
+  }
+}
+
+// A warp per output row: each lane streams 16 weight bytes at a time (read once, not kept in L1)
+// against the M input rows, which every warp shares through L1; fp32 sums, then the scales.
+template <int M>
+__global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(const Fp8GemvParams p) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
+  if (row >= p.n) return;
+  const uint4* w = reinterpret_cast<const uint4*>(p.w + row * p.k);
+  const int chunks = static_cast<int>(p.k / 16);
+  float acc[M] = {};
+#pragma unroll 4
+  for (int c = lane; c < chunks; c += 32) {
+    uint4 wv;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(wv.x), "=r"(wv.y), "=r"(wv.z), "=r"(wv.w)
+                 : "l"(w + c));
+    float wf[16];
+    widen16(wv, wf);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float xf[16];
+      widen16(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k) + c), xf);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float v = acc[m];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0) {
+      float b = 0.0f;
+      if (p.bias)
+        b = p.bias_f32 ? static_cast<const float*>(p.bias)[row]
+                       : bf16_bits_to_float(static_cast<const uint16_t*>(p.bias)[row]);
+      const float r = v * p.x_scale[m] * p.w_scale[row] + b;
+      if (p.out_f32) {
+        static_cast<float*>(p.out)[m * p.n + row] = r;
+      } else {
+        static_cast<uint16_t*>(p.out)[m * p.n + row] = float_to_bf16_bits(r);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
+  if (p.m == 0 || p.n == 0) return;
+  const unsigned blocks = static_cast<unsigned>((p.n + kGemvWarps - 1) / kGemvWarps);
+  switch (p.m) {
+    case 1:
+      fp8_gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+      break;
+    case 2:
+      fp8_gemv_kernel<2><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+      break;
+    case 3:
+      fp8_gemv_kernel<3><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+      break;
+    case 4:
+      fp8_gemv_kernel<4><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
+      break;
+    default:
+      break;  // the caller checks kFp8GemvMaxRows
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("fp8_gemv_kernel");
+}
 
 void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
