@@ -36,7 +36,8 @@ tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test)
 tools=(bench_attention backend_cuda_bench)
 # The shared files the GPU runs read (~2 MB).
 shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json models/llama2-tokenizer
-  configs/llama-2-7b.json configs/llama-2-13b.json configs/llama-3-8b.json configs/llama-3.1-8b.json
+  configs/llama-2-7b.json configs/llama-2-13b.json configs/llama-2-70b.json configs/llama-3-8b.json
+  configs/llama-3.1-8b.json
   data/sharegpt/ShareGPT_V3_filtered_500.json)
 # A GPU job takes at most 64 MiB: the working tree's files and what is sent beside them.
 limit=$((64 << 20))

@@ -1,6 +1,6 @@
 // FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token),
-// the scales and bias after an unscaled cuBLASLt GEMM, and a GEMV for a few rows (decode at small
-// batches), where cuBLASLt's tensor-core tiles leave the weights' bandwidth unused.
+// the scales and bias after an unscaled cuBLASLt GEMM, and a GEMV for one row (decode at batch 1),
+// where cuBLASLt's tensor-core tiles leave the weights' bandwidth unused.
 #include <algorithm>
 
 #include <cuda_fp8.h>
@@ -151,22 +151,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(const Fp8Gemv
 void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   const unsigned blocks = static_cast<unsigned>((p.n + kGemvWarps - 1) / kGemvWarps);
-  switch (p.m) {
-    case 1:
-      fp8_gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-      break;
-    case 2:
-      fp8_gemv_kernel<2><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-      break;
-    case 3:
-      fp8_gemv_kernel<3><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-      break;
-    case 4:
-      fp8_gemv_kernel<4><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-      break;
-    default:
-      break;  // the caller checks kFp8GemvMaxRows
-  }
+  static_assert(kFp8GemvMaxRows == 1, "instantiate fp8_gemv_kernel for every row count it takes");
+  fp8_gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
   SERVE8_CUDA_CHECK_LAUNCH("fp8_gemv_kernel");
 }
 

@@ -99,7 +99,7 @@ void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
 
 // out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]) for at most kFp8GemvMaxRows rows
 // m; x and w e4m3 rows of k bytes (a multiple of 16, 16-byte aligned).
-constexpr int kFp8GemvMaxRows = 4;
+constexpr int kFp8GemvMaxRows = 1;  // at 4 rows cuBLASLt was faster (bench/README.md)
 struct Fp8GemvParams {
   const uint8_t* x = nullptr;
   const uint8_t* w = nullptr;
