@@ -2,9 +2,10 @@
 # The KV dtype accuracy table of docs/accuracy.md for SmolLM2-135M-Instruct (GGUF Q4_1), on the
 # CPU backend. Text: the human turns of ShareGPT_V3_filtered_500.json, the first 2048 tokens of
 # conversations 0-99 for calibration and the first CHUNKS x CTX tokens of 100-499 (disjoint) for
-# evaluation; every KV dtype is compared with bf16 KV. ~18 min on one core (CHUNKS=4, CTX=512).
+# evaluation; every KV dtype is compared with bf16 KV, then FP8 weights with the checkpoint's.
+# ~20 min on one core (CHUNKS=4, CTX=512).
 #   [CHUNKS=4] [CTX=512] scripts/accuracy_smollm2.sh [SERVE8] [MODEL]
-#     -> bench/results/accuracy_smollm2_cpu.jsonl
+#     -> bench/results/accuracy_smollm2_cpu.jsonl, accuracy_smollm2_fp8_weights_cpu.jsonl
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="${1:-$root/build/src/cli/serve8}"
@@ -24,10 +25,14 @@ out="$root/bench/results/accuracy_smollm2_cpu.jsonl"
 : >"$out"
 run() {
   "$B" eval kld --device cpu --model-path "$M" --text "$W/eval.txt" --context "$CTX" --max-chunks "$CHUNKS" \
-    --reference-kv-cache-dtype bf16 --output-file "$out" "$@" 2>/dev/null | grep -E "^KV|Mean|Same|ΔPPL"
+    --reference-kv-cache-dtype bf16 --output-file "$out" "$@" 2>/dev/null | grep -E "^weights|Mean|Same|ΔPPL"
 }
 run --kv-cache-dtype fp16
 run --kv-cache-dtype fp8_e5m2
 run --kv-cache-dtype fp8_e4m3
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
+# FP8 weights (e4m3 per output channel) against the checkpoint's, both with bf16 KV.
+out="$root/bench/results/accuracy_smollm2_fp8_weights_cpu.jsonl"
+: >"$out"
+run --kv-cache-dtype bf16 --quantization fp8
