@@ -123,6 +123,7 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
+  if (name == "F8_E4M3") return DType::kFP8E4M3;  // FP8 checkpoints' matrices, read as they are
   return std::nullopt;
 }
 
@@ -146,8 +147,7 @@ void convert_elements(const void* src, DType from, void* dst, DType to, size_t n
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
   const auto count = static_cast<int64_t>(n);
-  if (from == to && (from == DType::kF32 || from == DType::kBF16 || from == DType::kF16))
-    return parallel_copy(s, d, n * dtype_size(from));
+  if (from == to && from != DType::kI32) return parallel_copy(s, d, n * dtype_size(from));
   switch (from) {
     case DType::kF32:
       return convert_from<DType::kF32>(s, d, to, count);
@@ -270,7 +270,7 @@ const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const 
 
 DType SafetensorsFile::dtype(const SafetensorsTensor& t) const {
   const std::optional<DType> d = safetensors_dtype(t.dtype);
-  SERVE8_CHECK(d.has_value(), "{}: tensor '{}' has dtype {}, which serve8 cannot read (it reads F32, BF16 and F16)",
+  SERVE8_CHECK(d.has_value(), "{}: tensor '{}' has dtype {}, which serve8 cannot read (it reads F32, BF16, F16 and F8_E4M3)",
                path_, t.name, t.dtype);
   return *d;
 }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/quant_config.h"
 
 namespace serve8 {
 namespace {
@@ -223,6 +224,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const char* dtype_key = f.has("torch_dtype") ? "torch_dtype" : "dtype";
   if (f.has(dtype_key)) c.torch_dtype = parse_torch_dtype(f.string_or(dtype_key, ""), origin, dtype_key);
 
+  if (f.has("quantization_config")) c.fp8_checkpoint = parse_quantization_config(j.at("quantization_config"), origin);
   validate(c, origin);
 
   if (f.has("sliding_window") && f.boolean_or("use_sliding_window", true)) {
@@ -244,7 +246,20 @@ ModelConfig load_model_config(const std::string& path) {
   SERVE8_CHECK(in.good(), "{}: cannot open the model config", p.string());
   std::ostringstream ss;
   ss << in.rdbuf();
-  return parse_model_config(ss.str(), p.string());
+  ModelConfig c = parse_model_config(ss.str(), p.string());
+  // ModelOpt's exports describe their quantization beside config.json.
+  const fs::path modelopt = p.parent_path() / "hf_quant_config.json";
+  if (c.fp8_checkpoint.method.empty() && fs::is_regular_file(modelopt)) {
+    std::ifstream q(modelopt, std::ios::binary);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(q);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", modelopt.string(), e.what());
+    }
+    c.fp8_checkpoint = parse_quantization_config(j, modelopt.string());
+  }
+  return c;
 }
 
 std::vector<float> ModelConfig::rope_inv_freq() const {

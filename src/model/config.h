@@ -18,6 +18,14 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+// An FP8 checkpoint (config.json "quantization_config"): its matrices are stored float8_e4m3 with
+// a weight_scale per tensor or per output channel; modules it left unquantized keep their dtype
+// (the loader goes by each tensor's dtype). Static input scales are not used: activations are
+// quantized per token at run time, as with --quantization fp8.
+struct Fp8Checkpoint {
+  std::string method;  // "" (not FP8), compressed-tensors, fbgemm_fp8, fp8, modelopt
+};
+
 struct ModelConfig {
   std::string architecture;  // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
   int hidden_size = 0;
@@ -36,6 +44,7 @@ struct ModelConfig {
   int bos_token_id = 1;
   std::vector<int> eos_token_ids;
   DType torch_dtype = DType::kBF16;
+  Fp8Checkpoint fp8_checkpoint;
 
   int q_size() const { return num_heads * head_dim; }
   int kv_size() const { return num_kv_heads * head_dim; }

@@ -42,7 +42,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
   last_hidden_ = make_buffer(backend, c, max_seqs, h);
   logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
-  if (!weights_.layers.empty() && weights_.layers[0].fp8()) {
+  if (std::any_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& l) { return l.any_fp8(); })) {
     const int64_t widest = std::max<int64_t>({h, config_.q_size(), config_.intermediate_size});
     act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
     act_scale_ = make_buffer(backend, DType::kF32, max_tokens, 1);
@@ -105,8 +105,8 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   return logits;
 }
 
-LlamaModel::GemmInput LlamaModel::gemm_input(const Tensor& x, bool fp8) {
-  if (!fp8) return {x, {}, {}};
+LlamaModel::GemmInput LlamaModel::gemm_input(const Tensor& x, const Tensor& w) {
+  if (w.dtype != DType::kFP8E4M3) return {x, {}, {}};
   const int64_t m = x.dim(0), k = x.dim(1);
   GemmInput in{x, act_q_.view(DType::kFP8E4M3, {m, k}), act_scale_.view(DType::kF32, {m})};
   backend_.quantize_fp8_rows(x, in.xq, in.xs);
@@ -141,11 +141,10 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
     bk = w.bqkv.rows(qs, kvs);
     bv = w.bqkv.rows(qs + kvs, kvs);
   }
-  const bool fp8 = w.fp8();
   const auto scale_rows = [&w](int64_t begin, int64_t count) {
     return w.wqkv_scale.empty() ? Tensor() : w.wqkv_scale.rows(begin, count);
   };
-  const GemmInput in_qkv = gemm_input(normed, fp8);
+  const GemmInput in_qkv = gemm_input(normed, w.wqkv);
   linear(in_qkv, w.wqkv.rows(0, qs), scale_rows(0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
   linear(in_qkv, w.wqkv.rows(qs, kvs), scale_rows(qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
   linear(in_qkv, w.wqkv.rows(qs + kvs, kvs), scale_rows(qs + kvs, kvs), bv.empty() ? nullptr : &bv,
@@ -156,15 +155,15 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
   Tensor attn = attn_out_.view(c, {t, config_.num_heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
-  linear(gemm_input(attn.reshape({t, qs}), fp8), w.wo, w.wo_scale, nullptr, proj_out);
+  linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
 
   Tensor residual = residual_.view(c, {t, h});
   backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed);
   Tensor gate_up = gate_up_.view(c, {t, 2ll * config_.intermediate_size});
-  linear(gemm_input(normed, fp8), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
+  linear(gemm_input(normed, w.w_gate_up), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
   Tensor act = act_.view(c, {t, config_.intermediate_size});
   backend_.silu_mul(gate_up, act);
-  linear(gemm_input(act, fp8), w.w_down, w.w_down_scale, nullptr, proj_out);
+  linear(gemm_input(act, w.w_down), w.w_down, w.w_down_scale, nullptr, proj_out);
 }
 
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,

@@ -78,7 +78,7 @@ class LlamaModel {
   struct GemmInput {
     Tensor x, xq, xs;
   };
-  GemmInput gemm_input(const Tensor& x, bool fp8);
+  GemmInput gemm_input(const Tensor& x, const Tensor& w);
   // out = x · w^T (+ bias) in the matrix's dtype.
   void linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out);
 };

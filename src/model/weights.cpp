@@ -102,6 +102,39 @@ Tensor* scale_of(LlamaWeights& w, const Tensor* t) {
   return nullptr;
 }
 
+// An FP8 checkpoint's matrix: its sources' e4m3 bytes as stored, and one scale per row from each
+// source's "<name>_scale" (one value for the tensor, or one per output channel).
+void load_fp8_matrix(const SafetensorsCheckpoint& ckpt, const Target& t, Tensor* scale, uint8_t* staging,
+                     int64_t chunk, LlamaWeights& w, Backend& backend) {
+  const int64_t rows = t.shape[0];
+  Buffer buf(backend, static_cast<size_t>(rows * t.shape[1]));
+  std::vector<float> row_scales;
+  auto* dst = static_cast<uint8_t*>(buf.data());
+  for (const std::string& name : t.sources) {
+    const SafetensorsFile& f = ckpt.file_of(name);
+    const SafetensorsTensor& st = f.tensor(name);
+    for (int64_t begin = 0; begin < st.numel(); begin += chunk) {
+      const int64_t n = std::min(chunk, st.numel() - begin);
+      f.read(st, begin, n, DType::kFP8E4M3, staging);
+      backend.copy_to_device(dst, staging, static_cast<size_t>(n));
+      dst += n;
+    }
+    const std::string scale_name = name + "_scale";
+    const std::vector<float> s = ckpt.file_of(scale_name).read_f32(scale_name);
+    const int64_t r = st.shape[0];
+    SERVE8_CHECK(s.size() == 1 || static_cast<int64_t>(s.size()) == r,
+                 "{}: '{}' has {} values; an FP8 weight of {} rows takes one scale, or one per row", ckpt.path(),
+                 scale_name, s.size(), r);
+    for (int64_t i = 0; i < r; ++i) row_scales.push_back(s.size() == 1 ? s[0] : s[static_cast<size_t>(i)]);
+  }
+  Buffer sbuf(backend, static_cast<size_t>(rows) * sizeof(float));
+  backend.copy_to_device(sbuf.data(), row_scales.data(), row_scales.size() * sizeof(float));
+  *t.dst = make_tensor(buf.data(), DType::kFP8E4M3, t.shape);
+  *scale = make_tensor(sbuf.data(), DType::kF32, {rows});
+  w.storage.push_back(std::move(buf));
+  w.storage.push_back(std::move(sbuf));
+}
+
 void finish(LlamaWeights& w, const ModelConfig& c) {
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   for (const Buffer& b : w.storage) w.bytes += b.bytes();
@@ -175,7 +208,9 @@ void quantize_if_matrix(LlamaWeights& w, Tensor* target, WeightQuant quant, Back
 
 std::string weight_dtype_name(const LlamaWeights& w, DType compute) {
   const std::string c(dtype_name(compute));
-  return !w.layers.empty() && w.layers[0].fp8() ? "fp8_e4m3 (per-channel scales) + " + c : c;
+  for (const LayerWeights& l : w.layers)
+    if (l.any_fp8()) return "fp8_e4m3 (per-channel scales) + " + c;
+  return c;
 }
 
 LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& model_dir, Backend& backend,
@@ -187,16 +222,32 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
   const std::vector<Target> targets = plan_targets(config, w);
 
   // Check every name, shape and dtype before moving a byte, so a bad last layer fails in
-  // milliseconds rather than after minutes of upload.
-  for (const Target& t : targets) {
+  // milliseconds rather than after minutes of upload. FP8 (e4m3) sources are read as they are,
+  // only for a layer's matrices and only where every source of the matrix is FP8.
+  std::vector<bool> stored_fp8(targets.size(), false);
+  for (size_t ti = 0; ti < targets.size(); ++ti) {
+    const Target& t = targets[ti];
     const auto shapes = source_shapes(config, t);
+    size_t fp8_sources = 0;
     for (size_t i = 0; i < t.sources.size(); ++i) {
       const SafetensorsFile& f = ckpt.file_of(t.sources[i]);
       const SafetensorsTensor& st = f.tensor(t.sources[i]);
       f.check_shape(st, shapes[i]);
-      f.dtype(st);
+      if (f.dtype(st) == DType::kFP8E4M3) {
+        ++fp8_sources;
+        SERVE8_CHECK(ckpt.contains(t.sources[i] + "_scale"), "{}: FP8 tensor '{}' has no '{}_scale'", model_dir,
+                     t.sources[i], t.sources[i]);
+      }
     }
+    SERVE8_CHECK(fp8_sources == 0 || (fp8_sources == t.sources.size() && scale_of(w, t.dst) != nullptr),
+                 "{}: '{}' is stored in F8_E4M3; serve8 reads FP8 tensors only as a layer's q/k/v, o, gate/up and "
+                 "down weights, all of a fused group in FP8",
+                 model_dir, t.sources[0]);
+    stored_fp8[ti] = fp8_sources > 0;
   }
+  if (!config.fp8_checkpoint.method.empty())
+    spdlog::info("{}: FP8 checkpoint ({}); activations are quantized per token, any static input scales unused",
+                 model_dir, config.fp8_checkpoint.method);
 
   const size_t esize = dtype_size(cdt);
   const int64_t chunk_elems = static_cast<int64_t>(kChunkBytes / esize);
@@ -204,7 +255,12 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
   for (const Target& t : targets)
     for (const std::string& name : t.sources) largest = std::max(largest, ckpt.tensor(name).numel());
   const std::unique_ptr<uint8_t[]> staging(new uint8_t[static_cast<size_t>(std::min(chunk_elems, largest)) * esize]);
-  for (const Target& t : targets) {
+  for (size_t ti = 0; ti < targets.size(); ++ti) {
+    const Target& t = targets[ti];
+    if (stored_fp8[ti]) {
+      load_fp8_matrix(ckpt, t, scale_of(w, t.dst), staging.get(), chunk_elems, w, backend);
+      continue;
+    }
     Buffer buf(backend, static_cast<size_t>(product(t.shape)) * esize);
     auto* dst = static_cast<uint8_t*>(buf.data());
     for (const std::string& name : t.sources) {

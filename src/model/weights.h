@@ -22,7 +22,11 @@ struct LayerWeights {
   Tensor w_down;     // [H, I]
   // FP8 weights only: [rows] fp32, one per row of the matrix of the same name.
   Tensor wqkv_scale, wo_scale, w_gate_up_scale, w_down_scale;
-  bool fp8() const { return wqkv.dtype == DType::kFP8E4M3; }
+  bool any_fp8() const {
+    for (const Tensor* m : {&wqkv, &wo, &w_gate_up, &w_down})
+      if (m->dtype == DType::kFP8E4M3) return true;
+    return false;
+  }
 };
 
 struct LlamaWeights {

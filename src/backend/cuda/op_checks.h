@@ -1,0 +1,54 @@
+// Argument checks and dtype mapping shared by the CUDA backend's op files.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <library_types.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace serve8::cuda_ops {
+
+inline void check_dtype(const Tensor& t, DType want, const char* op, const char* name) {
+  SERVE8_CHECK(t.dtype == want, "{}: {} is {}, expected {}", op, name, dtype_name(t.dtype), dtype_name(want));
+}
+
+// Activations of the elementwise ops: bf16, or fp32 (fp32 compute). Either works on a backend of
+// either compute dtype; the model allocates them in compute_dtype().
+inline void check_activation(const Tensor& t, const char* op, const char* name) {
+  SERVE8_CHECK(t.dtype == DType::kBF16 || t.dtype == DType::kF32, "{}: {} is {}, expected bf16 or fp32", op, name,
+               dtype_name(t.dtype));
+}
+
+inline void check_present(const Tensor& t, const char* op, const char* name) {
+  SERVE8_CHECK(!t.empty() || t.numel() == 0, "{}: {} has no data", op, name);
+}
+
+inline int64_t rows_of(const Tensor& t) { return t.ndim == 0 || t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+
+inline int to_int(int64_t v, const char* op, const char* what) {
+  SERVE8_CHECK(v >= 0 && v <= INT32_MAX, "{}: {} = {} does not fit the kernels' int", op, what, v);
+  return static_cast<int>(v);
+}
+
+inline cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kFP8E5M2:
+      return CUDA_R_8F_E5M2;
+    case DType::kFP8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kI32:
+      return CUDA_R_32I;
+  }
+  return CUDA_R_32F;
+}
+
+}  // namespace serve8::cuda_ops
