@@ -221,7 +221,11 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
       max_tokens_given = true;
     }
   }
-  if (auto v = read_number(body, "temperature", "temperature")) p.temperature = static_cast<float>(*v);
+  if (auto v = read_number(body, "temperature", "temperature")) {
+    // OpenAI's range is [0, 2]; SGLang's /generate has no upper bound and keeps none here.
+    if (*v > 2.0) throw_invalid("temperature", "'temperature' must be between 0 and 2, got {}", *v);
+    p.temperature = static_cast<float>(*v);
+  }
   if (auto v = read_number(body, "top_p", "top_p")) p.top_p = static_cast<float>(*v);
   if (auto v = read_integer(body, "top_k", "top_k")) p.top_k = to_int32(*v, "top_k");
   if (auto v = read_number(body, "min_p", "min_p")) p.min_p = static_cast<float>(*v);

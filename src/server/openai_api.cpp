@@ -122,8 +122,10 @@ std::vector<ChatMessage> chat_messages(const Json& body) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (const Json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        // Read "type" without value(), which throws (a 500) when the field is not a string.
+        const auto type = part.is_object() ? part.find("type") : part.end();
+        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
+            !part.contains("text") || !part["text"].is_string())
           throw_invalid(param + ".content", "Only text content parts are supported");
         msg.content += part["text"].get<std::string>();
       }

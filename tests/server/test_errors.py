@@ -373,3 +373,23 @@ def test_still_serving_and_slots_free(text_server, ids_server):
     assert r["meta_info"]["completion_tokens"] >= 1
     text_server.assert_all_slots_free()
     ids_server.assert_all_slots_free()
+
+
+@pytest.mark.parametrize("part_type", [5, None, ["text"], {"t": "text"}, True, "image_url"])
+def test_chat_content_part_of_any_type_is_a_400(text_server, part_type):
+    """A content part whose "type" is not the string "text" is the client's error, never a 500."""
+    body = {"model": "tiny", "max_tokens": 1,
+            "messages": [{"role": "user", "content": [{"type": part_type, "text": "hi"}]}]}
+    check_error(text_server, text_server.post("/v1/chat/completions", body), 400, "messages[0].content")
+
+
+def test_openai_temperature_above_two_is_refused(text_server):
+    """OpenAI's temperature range is [0, 2]; SGLang's /generate has no upper bound."""
+    for path, body in (("/v1/chat/completions", {"model": "tiny", "max_tokens": 1, "temperature": 2.5,
+                                                 "messages": [{"role": "user", "content": "hi"}]}),
+                       ("/v1/completions", {"model": "tiny", "max_tokens": 1, "temperature": 2.01, "prompt": "hi"})):
+        check_error(text_server, text_server.post(path, body), 400, "temperature")
+    ok = text_server.post("/v1/completions", {"model": "tiny", "max_tokens": 1, "temperature": 2.0, "prompt": "hi"})
+    assert ok.status_code == 200, ok.text
+    r = text_server.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1, "temperature": 3.0}})
+    assert r.status_code == 200, r.text
