@@ -54,10 +54,12 @@ GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> in
   try {
     if (ctx_.draining || !ctx_.engine.accepting()) throw server_overloaded("The server is shutting down");
     if (ctx_.options.max_queued_requests > 0) {
-      // The engine's queue, plus requests handed over but not yet in its stats (a burst arrives
-      // faster than the scheduler publishes them).
+      // The engine's queue, or, for a burst the scheduler has not published yet, the requests in
+      // flight beyond what it can run at once: those it would start are not queued.
       const SchedulerStats s = ctx_.engine.stats();
-      const int64_t waiting = std::max<int64_t>(s.num_waiting, ctx_.in_flight.load() - n - s.num_running);
+      const int64_t unpublished = ctx_.in_flight.load() - n - s.num_running;
+      const int64_t free_running = ctx_.engine_args.scheduler.max_running_requests - s.num_running;
+      const int64_t waiting = std::max<int64_t>(s.num_waiting, unpublished - free_running);
       if (waiting + n > ctx_.options.max_queued_requests)
         throw server_overloaded(
             fmt::format("The server is overloaded: {} requests are queued (--max-queued-requests {})", waiting,

@@ -1,7 +1,9 @@
 """Server policies: API key, request size limit, queue limit, and shutdown while streaming."""
 
 import signal
+import concurrent.futures
 import socket
+import threading
 import time
 
 import pytest
@@ -61,6 +63,23 @@ def test_queue_limit_gives_503(policy_server):
     running.close()
     queued.close()
     policy_server.assert_all_slots_free()
+
+
+def test_queue_limit_counts_only_waiting_requests(start_server):
+    """--max-queued-requests bounds the queue, not the running batch: a burst of 20 on an idle
+    server that runs 64 at once is all admitted with a queue limit of 8."""
+    server = start_server(["--max-running-requests", "64", "--max-queued-requests", "8"])
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}}
+    barrier = threading.Barrier(20)
+
+    def one(_):
+        barrier.wait()
+        return server.post("/generate", body).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        codes = list(pool.map(one, range(20)))
+    assert codes == [200] * 20, codes
+    server.assert_all_slots_free()
 
 
 def test_sigterm_while_streaming_exits_cleanly(start_server, stories_dir):
