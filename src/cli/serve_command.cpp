@@ -100,7 +100,10 @@ void register_serve(CLI::App& root, SetAction set_action) {
   add_engine_options(*app, a->engine);
   app->add_option("--host", a->server.host, "address to listen on")->capture_default_str();
   app->add_option("--port", a->server.port, "port to listen on")->capture_default_str();
-  app->add_option("--api-key", a->server.api_key, "require 'Authorization: Bearer <key>' on every route but /health*");
+  app->add_option("--api-key", a->server.api_key,
+                  "require 'Authorization: Bearer <key>' on every route but /health* and /metrics");
+  app->add_flag("--metrics-require-api-key", a->server.metrics_require_api_key,
+                "with --api-key, /metrics asks for the key too");
   app->add_option("--served-model-name", a->server.served_model_name,
                   "model name of the OpenAI API (default: the model path's last component)");
   app->add_option("--max-request-bytes", a->server.max_request_bytes, "largest request body; larger gets 413")

@@ -174,12 +174,14 @@ std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend
                  "--load-format {} cannot read {}", options.load_format, options.model_path);
     const GgufFile file(options.model_path);
     ModelConfig config = gguf_model_config(file);
+    check_weights_fit(config, backend, options.quantization, options.model_path);
     LlamaWeights weights = options.load_format == "dummy"
                                ? dummy_llama_weights(config, backend, options.seed, options.quantization)
                                : load_gguf_weights(config, file, backend, options.quantization);
     return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
   }
   ModelConfig config = builtin ? builtin_tiny_llama_config() : load_model_config(options.model_path);
+  check_weights_fit(config, backend, options.quantization, options.model_path);
   LlamaWeights weights;
   if (builtin || options.load_format == "dummy") {
     spdlog::info("model: dummy weights (seed {}) for {} ({} layers, hidden {}, {} params)", options.seed,

@@ -206,6 +206,31 @@ void quantize_if_matrix(LlamaWeights& w, Tensor* target, WeightQuant quant, Back
   w.storage.push_back(std::move(s));
 }
 
+uint64_t weight_bytes_needed(const ModelConfig& c, DType compute, WeightQuant quant) {
+  const uint64_t esize = dtype_size(compute), h = static_cast<uint64_t>(c.hidden_size);
+  const uint64_t qkv = static_cast<uint64_t>(c.q_size() + 2 * c.kv_size()), q = static_cast<uint64_t>(c.q_size());
+  const uint64_t inter = static_cast<uint64_t>(c.intermediate_size), layers = static_cast<uint64_t>(c.num_layers);
+  const uint64_t matrix_params = layers * (qkv * h + h * q + 3 * inter * h);
+  const uint64_t rest = static_cast<uint64_t>(c.num_parameters()) - matrix_params;
+  if (quant == WeightQuant::kNone) return (matrix_params + rest) * esize;
+  const uint64_t rows = layers * (qkv + h + 2 * inter + h);
+  const uint64_t largest = std::max({qkv * h, h * q, 2 * inter * h});
+  return matrix_params + rows * sizeof(float) + rest * esize + largest * esize;
+}
+
+void check_weights_fit(const ModelConfig& c, Backend& backend, WeightQuant quant, const std::string& origin) {
+  if (!c.fp8_checkpoint.method.empty()) quant = WeightQuant::kFp8;  // its matrices stay e4m3
+  const uint64_t need = weight_bytes_needed(c, backend.compute_dtype(), quant);
+  const uint64_t free = backend.free_memory();
+  SERVE8_CHECK(free == 0 || need <= free,
+               "{}: {} layers of hidden size {} need {:.1f} GiB of {} weights, and the {} backend has {:.1f} GiB "
+               "free (try --quantization fp8, a smaller --dtype, or another device)",
+               origin, c.num_layers, c.hidden_size, static_cast<double>(need) / (1 << 30),
+               quant == WeightQuant::kFp8 ? "fp8_e4m3 + " + std::string(dtype_name(backend.compute_dtype()))
+                                          : std::string(dtype_name(backend.compute_dtype())),
+               backend.name(), static_cast<double>(free) / (1 << 30));
+}
+
 std::string weight_dtype_name(const LlamaWeights& w, DType compute) {
   const std::string c(dtype_name(compute));
   for (const LayerWeights& l : w.layers)

@@ -46,6 +46,11 @@ WeightQuant parse_weight_quant(const std::string& name);
 // If `target` is one of a layer's four matrices and quant is kFp8, replaces it (and frees its
 // buffer in w.storage) by its e4m3 rows and their scales. The loaders call it as each tensor lands.
 void quantize_if_matrix(LlamaWeights& w, Tensor* target, WeightQuant quant, Backend& backend);
+// Backend bytes the weights of `config` take in `compute` (the layers' matrices in e4m3 with fp32
+// row scales under kFp8), plus the one matrix held in `compute` while it is quantized.
+uint64_t weight_bytes_needed(const ModelConfig& config, DType compute, WeightQuant quant);
+// Throws, before a byte is loaded, when they exceed what the backend says it has free.
+void check_weights_fit(const ModelConfig& config, Backend& backend, WeightQuant quant, const std::string& origin);
 // "bf16", or "fp8_e4m3 (per-channel scales) + bf16" where the matrices are FP8: logs and server info.
 std::string weight_dtype_name(const LlamaWeights& w, DType compute);
 

@@ -32,8 +32,8 @@ bool constant_time_equals(const std::string& given, const std::string& expected)
   return diff == 0;
 }
 
-bool is_public_path(const std::string& path) {
-  return path == "/health" || path == "/health_generate" || path == "/metrics";
+bool is_public_path(const std::string& path, const ServerOptions& o) {
+  return path == "/health" || path == "/health_generate" || (path == "/metrics" && !o.metrics_require_api_key);
 }
 
 // Routes whose POST body is JSON.
@@ -57,7 +57,26 @@ ServerContext::ServerContext(Engine& e, const EngineArgs& args, const ServerOpti
       engine_args(args),
       options(opts),
       created_unix(static_cast<int64_t>(std::time(nullptr))),
-      id_state_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {}
+      id_state_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {
+  if (const Tokenizer* t = e.tokenizer()) {
+    for (int32_t id = 0; id < t->vocab_size(); ++id)
+      longest_token_bytes_ = std::max(longest_token_bytes_, t->decode(std::span<const int32_t>(&id, 1), false).size());
+  }
+}
+
+void ServerContext::check_prompt_bytes(size_t bytes, const std::string& param) const {
+  const uint64_t limit = 4ull * static_cast<uint64_t>(context_length()) * std::max<size_t>(longest_token_bytes_, 1);
+  if (bytes > limit)
+    throw_invalid(param,
+                  "The prompt has {} bytes: more than this model's maximum context length of {} tokens can hold "
+                  "(its longest token has {} bytes)",
+                  bytes, context_length(), longest_token_bytes_);
+}
+
+std::vector<int32_t> ServerContext::encode_prompt(const std::string& text, const std::string& param) const {
+  check_prompt_bytes(text.size(), param);
+  return tokenizer()->encode(text, true);
+}
 
 std::string ServerContext::new_request_id() {
   std::lock_guard<std::mutex> lk(mu_);
@@ -118,7 +137,7 @@ HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOpti
   svr.set_write_timeout(options.http_timeout_seconds);
 
   svr.set_pre_routing_handler([&ctx](const httplib::Request& req, httplib::Response& res) {
-    if (!ctx.options.api_key.empty() && req.method != "OPTIONS" && !is_public_path(req.path)) {
+    if (!ctx.options.api_key.empty() && req.method != "OPTIONS" && !is_public_path(req.path, ctx.options)) {
       const std::string auth = req.get_header_value("Authorization");
       const std::string prefix = "Bearer ";
       const std::string key = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : std::string();

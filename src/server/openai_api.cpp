@@ -77,7 +77,7 @@ std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const 
     if (ctx.tokenizer() == nullptr)
       throw_invalid("prompt", "This model has no tokenizer, so it cannot take text; send the prompt as token ids");
     GenerationInput in;
-    in.input_ids = ctx.tokenizer()->encode(text, true);
+    in.input_ids = ctx.encode_prompt(text, "prompt");
     inputs.push_back(std::move(in));
   };
   if (prompt.is_string()) {
@@ -236,6 +236,9 @@ void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
       throw_invalid("messages", "This model has no tokenizer, so it cannot serve chat; use /generate with input_ids");
     if (!ctx.tokenizer()->has_chat_template())
       throw_invalid("messages", "This model has no chat template; use /v1/completions");
+    size_t bytes = 0;
+    for (const ChatMessage& m : messages) bytes += m.content.size();
+    ctx.check_prompt_bytes(bytes, "messages");
     GenerationInput in;
     try {
       in.input_ids = ctx.tokenizer()->encode_chat(messages, true);

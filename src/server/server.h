@@ -23,6 +23,8 @@ struct ServerOptions {
   // A connection idle this long while the server reads its request or writes its response (a
   // client sending its body slowly, or not reading its answer) is closed; its requests abort.
   int http_timeout_seconds = 30;
+  // /metrics answers without the API key unless this is set (Prometheus scrapers often have none).
+  bool metrics_require_api_key = false;
 };
 
 class HttpServer {

@@ -29,6 +29,11 @@ struct ServerContext {
   const Tokenizer* tokenizer() const { return engine.tokenizer(); }
   int vocab_size() const { return engine.model_config().vocab_size; }
   int context_length() const { return engine.context_length(); }
+  // The prompt's ids; a text that cannot fit the context whatever it tokenizes to (longer than
+  // context_length() of the vocabulary's longest tokens, four times over) is refused before the
+  // tokenizer spends seconds on it. Throws the 400 naming `param`.
+  std::vector<int32_t> encode_prompt(const std::string& text, const std::string& param) const;
+  void check_prompt_bytes(size_t bytes, const std::string& param) const;
 
   // A fresh request id (32 hex digits, as SGLang's).
   std::string new_request_id();
@@ -41,6 +46,7 @@ struct ServerContext {
   std::mutex mu_;
   std::unordered_set<std::string> active_rids_;
   uint64_t id_state_;
+  size_t longest_token_bytes_ = 0;  // of the tokenizer's vocabulary; 0 without a tokenizer
 };
 
 }  // namespace serve8

@@ -69,7 +69,7 @@ std::vector<GenerationInput> parse_prompts(const ServerContext& ctx, const Json&
     for (const std::string& t : texts) {
       if (t.empty()) throw_invalid("text", "The prompt is empty");
       GenerationInput in;
-      in.input_ids = ctx.tokenizer()->encode(t, true);
+      in.input_ids = ctx.encode_prompt(t, "text");
       inputs.push_back(std::move(in));
     }
   } else {

@@ -1,5 +1,7 @@
 """Bad input gets a 4xx with OpenAI's error body, and the server keeps serving."""
 
+import time
+
 import openai
 import pytest
 import requests
@@ -393,3 +395,17 @@ def test_openai_temperature_above_two_is_refused(text_server):
     assert ok.status_code == 200, ok.text
     r = text_server.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1, "temperature": 3.0}})
     assert r.status_code == 200, r.text
+
+
+def test_a_text_too_long_for_the_context_is_refused_before_tokenizing(text_server):
+    """5 MB of text cannot fit the context whatever it tokenizes to: a 400 at once, not seconds of
+    tokenizing first."""
+    text = "lorem ipsum dolor sit amet " * 200_000
+    for path, body, param in (("/generate", {"text": text}, "text"),
+                              ("/v1/completions", {"model": "tiny", "prompt": text}, "prompt"),
+                              ("/v1/chat/completions", {"model": "tiny",
+                                                        "messages": [{"role": "user", "content": text}]}, "messages")):
+        t0 = time.time()
+        err = check_error(text_server, text_server.post(path, body), 400, param)
+        assert time.time() - t0 < 2.0, path
+        assert "maximum context length" in err["message"]

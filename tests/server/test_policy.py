@@ -32,6 +32,14 @@ def test_api_key(policy_server):
     assert ok.status_code == 200, ok.text
 
 
+def test_metrics_ask_for_the_key_only_when_told(policy_server, start_server):
+    assert requests.get(policy_server.url + "/metrics", timeout=30).status_code == 200
+    strict = start_server(["--metrics-require-api-key"], api_key="k3y")
+    assert requests.get(strict.url + "/metrics", timeout=30).status_code == 401
+    r = requests.get(strict.url + "/metrics", headers={"Authorization": "Bearer k3y"}, timeout=30)
+    assert r.status_code == 200 and "serve8" in r.text
+
+
 def test_request_too_large(policy_server):
     r = policy_server.post("/generate", {"text": "x" * 5000})
     assert r.status_code == 413

@@ -299,3 +299,16 @@ def test_gguf_model_reproduces_run_c(stories, tmp_path):
     c = golden()[2]
     q8 = generate_ids(tmp_path / "q8.gguf", c["prompt_ids"], 20)
     assert len(q8) == 20 and all(0 <= t < 512 for t in q8)
+
+
+def test_dummy_weights_too_big_fail_before_allocating(tmp_path):
+    """A config whose weights cannot fit is refused at once, naming the size, instead of growing to
+    several GB first."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+           "num_hidden_layers": 100000, "num_attention_heads": 32, "vocab_size": 32000,
+           "max_position_embeddings": 4096}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = subprocess.run([BIN, "generate", "--device", "cpu", "--model-path", str(tmp_path), "--load-format", "dummy",
+                        "--prompt-ids", "1 2 3"], capture_output=True, text=True, timeout=20)
+    assert r.returncode != 0
+    assert "100000 layers" in r.stderr and "GiB" in r.stderr, r.stderr[-1000:]
