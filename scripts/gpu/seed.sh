@@ -29,6 +29,7 @@
 #                              is skipped (and said so), a client still running 15 s before it is
 #                              stopped, so the command always ends with its results written
 #     SEED_SERVER_ARGS [cuda: --mem-fraction-static 0.88 --max-running-requests 1024 --cuda-graph-max-bs 256]
+#     SEED_QUANT       [none]  --quantization for every server (fp8: e4m3 weights); recorded per run
 #     SEED_MODEL_ARGS  [--model-path CONFIGS/{model}.json --load-format dummy --tokenizer-path TOKENIZER]
 #                      ({model} is replaced by the model's name), e.g. stories260K on the CPU
 #     SEED_CONFIG_DIR  [SHARED/configs]
@@ -107,7 +108,7 @@ if [[ "$DEVICE" == cuda ]]; then
 else
   default_server_args="--max-running-requests 1024"
 fi
-read -ra SERVER_ARGS <<<"${SEED_SERVER_ARGS:-$default_server_args}"
+read -ra SERVER_ARGS <<<"${SEED_SERVER_ARGS:-$default_server_args} --quantization ${SEED_QUANT:-none}"
 read -ra SHAREGPT_ARGS <<<"${SEED_SHAREGPT_ARGS:---dataset-name sharegpt --dataset-path $SHAREGPT --request-rate 128}"
 read -ra RANDOM_ARGS <<<"${SEED_RANDOM_ARGS:---dataset-name random --random-input-len 1024 --random-output-len 512 --random-range-ratio 0.5 --request-rate inf}"
 TOK_ARGS=()
