@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/build_info.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
@@ -59,6 +60,7 @@ int run_serve(ServeArgs a) {
   SERVE8_CHECK(a.server.max_request_bytes > 0, "--max-request-bytes must be positive");
   SERVE8_CHECK(a.server.http_timeout_seconds > 0, "--http-timeout must be positive");
   SERVE8_CHECK(a.server.max_queued_requests >= 0, "--max-queued-requests must be >= 0 (0: unlimited)");
+  a.server.version = std::string("serve8 ") + build_commit();
 
   // A client that disconnects must not kill the server through SIGPIPE on the next write.
   std::signal(SIGPIPE, SIG_IGN);

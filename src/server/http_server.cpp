@@ -193,6 +193,7 @@ HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOpti
   });
   register_sglang_routes(svr, ctx);
   register_openai_routes(svr, ctx);
+  register_tokenize_routes(svr, ctx);
 }
 
 HttpServer::~HttpServer() = default;

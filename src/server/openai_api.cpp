@@ -214,10 +214,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
 
 void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
   server.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
-    Json model = {{"id", ctx.options.served_model_name},   {"object", "model"},
-                  {"created", ctx.created_unix},           {"owned_by", "serve8"},
-                  {"root", ctx.options.served_model_name}, {"max_model_len", ctx.context_length()}};
-    send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({model})}}));
+    send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({model_object(ctx)})}}));
   });
   server.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const auto received = Clock::now();

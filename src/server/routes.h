@@ -2,6 +2,8 @@
 // GenerationRun or an error into an HTTP response. Internal to server/.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -21,6 +23,10 @@ class ApiError;
 
 void register_sglang_routes(httplib::Server& server, ServerContext& ctx);
 void register_openai_routes(httplib::Server& server, ServerContext& ctx);
+void register_tokenize_routes(httplib::Server& server, ServerContext& ctx);
+
+// The OpenAI model object of the served model (/v1/models and /v1/models/{id}).
+nlohmann::json model_object(const ServerContext& ctx);
 
 void send_json(httplib::Response& res, const std::string& body, int status = 200);
 void send_error(httplib::Response& res, const ApiError& e);

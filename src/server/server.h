@@ -25,6 +25,7 @@ struct ServerOptions {
   int http_timeout_seconds = 30;
   // /metrics answers without the API key unless this is set (Prometheus scrapers often have none).
   bool metrics_require_api_key = false;
+  std::string version = "serve8";  // what /version answers (the CLI adds the build's commit)
 };
 
 class HttpServer {

@@ -5,6 +5,7 @@ import re
 
 import openai
 import pytest
+import requests
 
 from conftest import read_sse
 
@@ -256,3 +257,39 @@ def test_stream_of_a_request_that_finishes_at_once(text_server, client):
     assert events[0]["meta_info"]["finish_reason"]["type"] == "length"
     chunks = list(client.completions.create(model="tiny", prompt="Hello", max_tokens=1, stream=True))
     assert any(ch.choices and ch.choices[0].finish_reason == "length" for ch in chunks)
+
+
+def test_tokenize_detokenize_version_and_model_by_id(text_server):
+    r = text_server.post("/tokenize", {"model": "tiny", "prompt": "Once upon a time"})
+    assert r.status_code == 200, r.text
+    tok = r.json()
+    assert tok["count"] == len(tok["tokens"]) > 1 and tok["max_model_len"] > 0
+    plain = text_server.post("/tokenize", {"prompt": "Once upon a time", "add_special_tokens": False}).json()
+    assert len(plain["tokens"]) <= tok["count"]
+    back = text_server.post("/detokenize", {"model": "tiny", "tokens": plain["tokens"]}).json()
+    assert back["prompt"] == back["text"] and back["text"].strip() == "Once upon a time"
+    # The same ids /generate would prefill.
+    g = text_server.post("/generate", {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 1},
+                                       "return_logprob": False}).json()
+    assert g["meta_info"]["prompt_tokens"] == tok["count"]
+    for path, body, param in (("/tokenize", {"prompt": 5}, "prompt"), ("/tokenize", {}, "prompt"),
+                              ("/detokenize", {"tokens": [1, -2]}, "tokens"),
+                              ("/tokenize", {"model": "other", "prompt": "x"}, "model")):
+        r = text_server.post(path, body)
+        assert r.status_code in (400, 404), r.text
+        assert r.json()["error"]["param"] == param
+    v = text_server.get("/version")
+    assert v.status_code == 200 and v.json()["version"].startswith("serve8")
+    m = text_server.get("/v1/models/tiny")
+    assert m.status_code == 200 and m.json()["id"] == "tiny" and m.json()["object"] == "model"
+    missing = text_server.get("/v1/models/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_cors_preflight_and_header(text_server):
+    r = requests.options(text_server.url + "/v1/chat/completions", timeout=30,
+                         headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST"})
+    assert r.status_code == 204
+    assert "POST" in r.headers["Access-Control-Allow-Methods"]
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert text_server.get("/v1/models").headers["Access-Control-Allow-Origin"] == "*"
