@@ -54,12 +54,12 @@ GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> in
   try {
     if (ctx_.draining || !ctx_.engine.accepting()) throw server_overloaded("The server is shutting down");
     if (ctx_.options.max_queued_requests > 0) {
-      // The engine's queue, or, for a burst the scheduler has not published yet, the requests in
-      // flight beyond what it can run at once: those it would start are not queued.
+      // Requests not running (the engine's queue, or those in flight it has not published yet)
+      // beyond the running slots still free: those the next step starts are not queued.
       const SchedulerStats s = ctx_.engine.stats();
-      const int64_t unpublished = ctx_.in_flight.load() - n - s.num_running;
+      const int64_t not_running = std::max<int64_t>(s.num_waiting, ctx_.in_flight.load() - n - s.num_running);
       const int64_t free_running = ctx_.engine_args.scheduler.max_running_requests - s.num_running;
-      const int64_t waiting = std::max<int64_t>(s.num_waiting, unpublished - free_running);
+      const int64_t waiting = std::max<int64_t>(0, not_running - free_running);
       if (waiting + n > ctx_.options.max_queued_requests)
         throw server_overloaded(
             fmt::format("The server is overloaded: {} requests are queued (--max-queued-requests {})", waiting,
