@@ -234,7 +234,6 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   if (const Json* v = field(body, "stop_token_ids")) p.stop_token_ids = read_token_ids(*v, "stop_token_ids");
   if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
   if (auto v = read_bool(body, "skip_special_tokens", "skip_special_tokens")) p.skip_special_tokens = *v;
-  if (auto n = read_integer(body, "n", "n"); n && *n != 1) throw_invalid("n", "Only n = 1 is supported, got {}", *n);
   if (auto n = read_integer(body, "best_of", "best_of"); n && *n != 1)
     throw_invalid("best_of", "Only best_of = 1 is supported, got {}", *n);
   check_absent(body, "logprobs", "logprobs");
@@ -251,6 +250,12 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
     if (!rf->is_object() || type == rf->end() || *type != "text")
       throw_invalid("response_format", "Only response_format {{\"type\": \"text\"}} is supported");
   }
+}
+
+int read_openai_n(const Json& body) {
+  const int64_t n = read_integer(body, "n", "n").value_or(1);
+  if (n < 1 || n > kMaxChoices) throw_invalid("n", "'n' must be between 1 and {}, got {}", kMaxChoices, n);
+  return static_cast<int>(n);
 }
 
 }  // namespace serve8

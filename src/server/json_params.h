@@ -45,5 +45,8 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
 // (top_k, min_p, ignore_eos, stop_token_ids, skip_special_tokens). Unsupported features (logprobs,
 // n > 1, echo, penalties) are a 400.
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& out, bool& max_tokens_given);
+// OpenAI's "n": choices per prompt, 1 to kMaxChoices (OpenAI's own limit).
+constexpr int kMaxChoices = 128;
+int read_openai_n(const Json& body);
 
 }  // namespace serve8

@@ -25,10 +25,11 @@ Json matched_stop(const TextOutput& out) {
   return nullptr;
 }
 
-Json usage_json(const GenerationRun& run) {
+// With n choices per prompt, request i is choice i % n of prompt i / n: its prompt counts once.
+Json usage_json(const GenerationRun& run, int n) {
   int64_t prompt = 0, completion = 0, cached = 0;
   for (size_t i = 0; i < run.size(); ++i) {
-    prompt += static_cast<int64_t>(run.input_ids(i).size());
+    if (i % static_cast<size_t>(n) == 0) prompt += static_cast<int64_t>(run.input_ids(i).size());
     completion += run.output(i).completion_tokens();
     cached += run.output(i).cached_tokens();
   }
@@ -142,8 +143,19 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
   SamplingParams params;
   bool max_given = false;
   parse_openai_sampling_params(body, chat, params, max_given);
+  const int n = read_openai_n(body);
+  if (n > 1) {
+    // Choice j of prompt i is request i * n + j (OpenAI's order); a given seed becomes seed + j so
+    // the choices differ and stay reproducible.
+    std::vector<GenerationInput> fanned;
+    fanned.reserve(inputs.size() * static_cast<size_t>(n));
+    for (GenerationInput& in : inputs)
+      for (int j = 0; j < n; ++j) fanned.push_back(in);
+    inputs = std::move(fanned);
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     inputs[i].params = params;
+    if (params.seed) inputs[i].params.seed = *params.seed + i % static_cast<size_t>(n);
     inputs[i].max_new_tokens_given = max_given;
     inputs[i].rid = inputs.size() == 1 ? c.id : fmt::format("{}-{}", c.id, i);
     check_generation_input(ctx, inputs[i], chat ? "messages" : "prompt", "max_tokens");
@@ -183,7 +195,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
     format.on_end = [=](GenerationRun& r, std::vector<std::string>& out) {
       Json chunk = chunk_base();
       chunk["choices"] = Json::array();
-      chunk["usage"] = usage_json(r);
+      chunk["usage"] = usage_json(r, n);
       out.push_back(dump_json(chunk));
     };
   }
@@ -206,7 +218,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
                           {"created", c.created},
                           {"model", model},
                           {"choices", choices},
-                          {"usage", usage_json(r)}});
+                          {"usage", usage_json(r, n)}});
   });
 }
 

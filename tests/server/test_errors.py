@@ -111,7 +111,8 @@ COMPLETIONS_400 = [
     ({"model": "tiny", "prompt": "x", "temperature": "0"}, "temperature"),
     ({"model": "tiny", "prompt": "x", "top_p": 0.0}, None),
     ({"model": "tiny", "prompt": "x", "top_p": 2}, None),
-    ({"model": "tiny", "prompt": "x", "n": 2}, "n"),
+    ({"model": "tiny", "prompt": "x", "n": 0}, "n"),
+    ({"model": "tiny", "prompt": "x", "n": 129}, "n"),
     ({"model": "tiny", "prompt": "x", "logprobs": 3}, "logprobs"),
     ({"model": "tiny", "prompt": "x", "echo": True}, "echo"),
     ({"model": "tiny", "prompt": "x", "stop": {"a": 1}}, "stop"),
@@ -162,7 +163,7 @@ def test_openai_client_sees_errors(text_server):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], n=3)
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], n=200)
 
 
 def test_text_without_tokenizer(ids_server):
