@@ -243,7 +243,9 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   check_neutral(body, "frequency_penalty", 0.0, "frequency_penalty");
   check_neutral(body, "presence_penalty", 0.0, "presence_penalty");
   check_neutral(body, "repetition_penalty", 1.0, "repetition_penalty");
-  if (auto v = read_bool(body, "echo", "echo"); v && *v) throw_invalid("echo", "'echo' is not supported by serve8");
+  // Completions echo the prompt (without log probabilities yet); chat has no echo in OpenAI's API.
+  if (auto v = read_bool(body, "echo", "echo"); v && *v && (chat || field(body, "logprobs") != nullptr))
+    throw_invalid("echo", "'echo' is {}", chat ? "a completions parameter" : "not supported with 'logprobs'");
   if (!chat && field(body, "suffix") != nullptr) throw_invalid("suffix", "'suffix' is not supported by serve8");
   if (const Json* rf = field(body, "response_format")) {
     const auto type = rf->is_object() ? rf->find("type") : rf->end();

@@ -138,8 +138,10 @@ std::vector<ChatMessage> chat_messages(const Json& body) {
   return messages;
 }
 
+// echo: completions' "echo", each prompt's text put before its choices' text (empty: no echo).
 void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bool chat,
-                std::vector<GenerationInput> inputs, const Common& c, Clock::time_point received) {
+                std::vector<GenerationInput> inputs, const Common& c, Clock::time_point received,
+                std::vector<std::string> echo = {}) {
   SamplingParams params;
   bool max_given = false;
   parse_openai_sampling_params(body, chat, params, max_given);
@@ -152,7 +154,12 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
     for (GenerationInput& in : inputs)
       for (int j = 0; j < n; ++j) fanned.push_back(in);
     inputs = std::move(fanned);
+    std::vector<std::string> echoed;
+    for (const std::string& e : echo)
+      for (int j = 0; j < n; ++j) echoed.push_back(e);
+    echo = std::move(echoed);
   }
+  auto echo_of = std::make_shared<const std::vector<std::string>>(std::move(echo));
   for (size_t i = 0; i < inputs.size(); ++i) {
     inputs[i].params = params;
     if (params.seed) inputs[i].params.seed = *params.seed + i % static_cast<size_t>(n);
@@ -172,7 +179,8 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
   format.on_change = [=](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
     for (size_t i : changed) {
       TextOutput& o = r.output(i);
-      const std::string delta = o.take_delta();
+      std::string delta = o.take_delta();
+      if (!chat && !echo_of->empty() && !(*opened)[i]) delta = (*echo_of)[i] + delta;
       if (delta.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
       Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
       if (chat) {
@@ -182,6 +190,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
         (*opened)[i] = true;
         choice["delta"] = d;
       } else {
+        (*opened)[i] = true;
         choice["text"] = delta;
       }
       if (o.finished()) choice["matched_stop"] = matched_stop(o);
@@ -205,7 +214,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
       const TextOutput& o = r.output(i);
       Json choice = {
           {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}, {"matched_stop", matched_stop(o)}};
-      const std::string text(o.visible_text());
+      const std::string text = (echo_of->empty() ? std::string() : (*echo_of)[i]) + std::string(o.visible_text());
       if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
       } else {
@@ -233,7 +242,18 @@ void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Common c = read_common(ctx, body, "cmpl-");
-    run_openai(ctx, res, body, false, completion_prompts(ctx, body), c, received);
+    std::vector<GenerationInput> inputs = completion_prompts(ctx, body);
+    std::vector<std::string> echo;
+    if (read_bool(body, "echo", "echo").value_or(false)) {
+      // The prompt as the client sent it: strings as they are, ids through the tokenizer.
+      const Json& p = body["prompt"];
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const Json& one = p.is_string() || is_token_list(p) ? p : p[i];
+        echo.push_back(one.is_string() ? one.get<std::string>()
+                                       : (ctx.tokenizer() ? ctx.tokenizer()->decode(inputs[i].input_ids, false) : ""));
+      }
+    }
+    run_openai(ctx, res, body, false, std::move(inputs), c, received, std::move(echo));
   });
   server.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const auto received = Clock::now();

@@ -320,3 +320,21 @@ def test_n_choices_per_prompt(client, text_server):
         for c in chunk.choices:
             streamed[c.index] += c.delta.content or ""
     assert streamed == [c.message.content for c in a.choices]
+
+
+def test_completions_echo(client, text_server):
+    """echo puts the prompt before each choice's text, streamed or not, for text and id prompts."""
+    plain = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0)
+    echoed = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0,
+                                       echo=True, n=2)
+    assert [c.text for c in echoed.choices] == ["Once upon a time" + plain.choices[0].text] * 2
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0, echo=True, stream=True) if c.choices)
+    assert streamed == echoed.choices[0].text
+    ids = text_server.post("/tokenize", {"prompt": "Once upon a time", "add_special_tokens": False}).json()["tokens"]
+    by_ids = text_server.post("/v1/completions", {"model": "tiny", "prompt": ids, "max_tokens": 6, "temperature": 0,
+                                                  "echo": True}).json()
+    assert by_ids["choices"][0]["text"].startswith("Once upon a time")
+    r = text_server.post("/v1/chat/completions", {"model": "tiny", "echo": True,
+                                                  "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo"

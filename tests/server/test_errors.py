@@ -114,7 +114,7 @@ COMPLETIONS_400 = [
     ({"model": "tiny", "prompt": "x", "n": 0}, "n"),
     ({"model": "tiny", "prompt": "x", "n": 129}, "n"),
     ({"model": "tiny", "prompt": "x", "logprobs": 3}, "logprobs"),
-    ({"model": "tiny", "prompt": "x", "echo": True}, "echo"),
+    ({"model": "tiny", "prompt": "x", "echo": "yes"}, "echo"),
     ({"model": "tiny", "prompt": "x", "stop": {"a": 1}}, "stop"),
     ({"model": "tiny", "prompt": "x", "stream_options": 3}, "stream_options"),
     (lambda ctx: {"model": "tiny", "prompt": "hello " * (ctx + 1000)}, "prompt"),
