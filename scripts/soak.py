@@ -182,7 +182,7 @@ class Soak:
         ("POST", "/generate", b'{"text": "needs a tokenizer"}'),
         ("POST", "/generate", b'{"text": "\xff\xfe"}'),
         ("POST", "/v1/completions", b'{"prompt": [1, 2], "max_tokens": -1}'),
-        ("POST", "/v1/completions", b'{"prompt": [1, 2], "n": 3}'),
+        ("POST", "/v1/completions", b'{"prompt": [1, 2], "n": 500}'),
         ("POST", "/v1/completions", b'{"model": "other", "prompt": [1, 2]}'),
         ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}]}'),
         ("POST", "/v1/chat/completions", b'{"messages": []}'),
