@@ -134,4 +134,9 @@ void check_shape(const Tensor& t, std::initializer_list<int64_t> dims, std::stri
 void load_f32(const Tensor& t, int64_t offset, int64_t n, float* dst);
 void store_f32(const float* src, int64_t n, const Tensor& t, int64_t offset);
 
+// out[m, n] (fp32, row stride n) = x[m, k] · w[n, k]^T for fp32 rows x and w of any float or FP8
+// dtype (widened a block of rows at a time), one gemv per row so a row's result does not depend on
+// the batch. The GEMM ops' shared core; callers check shapes first.
+void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor& w, float* out);
+
 }  // namespace serve8::cpu

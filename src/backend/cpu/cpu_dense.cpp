@@ -57,6 +57,29 @@ void sgemm_nt(int64_t m, int64_t n, int64_t k, const float* x, const float* w, f
 
 }  // namespace
 
+void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor& w, float* out) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::memset(out, 0, static_cast<size_t>(m * n) * sizeof(float));
+  } else if (w.dtype == DType::kF32) {
+    sgemm_nt(m, n, k, x, w.ptr<const float>(), out, n);
+  } else {
+    // Narrow weights are widened a block of rows at a time, so the temporary stays small (4 MiB,
+    // cache-sized) even for an LM head.
+    const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{1} << 20) / k);
+    std::vector<float> wbuf(static_cast<size_t>(std::min(n, rows_per_block) * k));
+    dispatch_kv(w.dtype, "gemm", [&]<typename T>() {
+      for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
+        const int64_t nb = std::min(rows_per_block, n - n0);
+        const T* src = w.ptr<const T>() + n0 * k;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < nb * k; ++i) wbuf[static_cast<size_t>(i)] = to_f32(src[i]);
+        sgemm_nt(m, nb, k, x, wbuf.data(), out + n0, n);
+      }
+    });
+  }
+}
+
 void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   constexpr std::string_view op = "embedding";
   check_tensor(table, op, "table");
@@ -161,22 +184,7 @@ void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
     of = obuf.data();
   }
 
-  if (k == 0) {
-    std::memset(of, 0, static_cast<size_t>(m * n) * sizeof(float));
-  } else if (w.dtype == DType::kF32) {
-    sgemm_nt(m, n, k, xf, w.ptr<const float>(), of, n);
-  } else {
-    // bf16/fp16 weights are widened a block of rows at a time, so the temporary stays small
-    // (4 MiB, cache-sized) even for an LM head.
-    const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{1} << 20) / k);
-    std::vector<float> wbuf(static_cast<size_t>(std::min(n, rows_per_block) * k));
-    for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
-      const int64_t nb = std::min(rows_per_block, n - n0);
-#pragma omp parallel for schedule(static)
-      for (int64_t j = 0; j < nb; ++j) load_f32(w, (n0 + j) * k, k, wbuf.data() + j * k);
-      sgemm_nt(m, nb, k, xf, wbuf.data(), of + n0, n);
-    }
-  }
+  gemm_f32_out(m, n, k, xf, w, of);
 
   std::vector<float> b;
   if (bias) b = to_f32_vector(*bias);

@@ -1,10 +1,7 @@
 // FP8 (e4m3) weights on the CPU: per-row quantization and the scaled GEMM, the reference the CUDA
 // backend's FP8 GEMMs are checked against. The e4m3 codes are widened exactly to fp32 and summed
 // there, so only the summation order differs from a GPU's.
-#include <cblas.h>
-
 #include <algorithm>
-#include <array>
 #include <climits>
 #include <cmath>
 #include <vector>
@@ -13,24 +10,6 @@
 #include "backend/cpu/cpu_ops.h"
 
 namespace serve8::cpu {
-
-namespace {
-
-const std::array<float, 256>& e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int c = 0; c < 256; ++c) t[static_cast<size_t>(c)] = e4m3_to_f32(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return table;
-}
-
-void widen(const uint8_t* codes, int64_t n, float* out) {
-  const std::array<float, 256>& t = e4m3_table();
-  for (int64_t i = 0; i < n; ++i) out[i] = t[codes[i]];
-}
-
-}  // namespace
 
 void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
   constexpr std::string_view op = "quantize_fp8_rows";
@@ -82,21 +61,11 @@ void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const T
   }
   if (m == 0 || n == 0) return;
 
-  std::vector<float> xf(static_cast<size_t>(m * k)), acc(static_cast<size_t>(m * n), 0.0f);
+  std::vector<float> xf(static_cast<size_t>(m * k)), acc(static_cast<size_t>(m * n));
+  const uint8_t* codes = xq.ptr<const uint8_t>();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < m; ++i) widen(xq.ptr<const uint8_t>() + i * k, k, xf.data() + i * k);
-  // Weights are widened a block of rows at a time (4 MiB); one gemv per row keeps each token's
-  // result independent of the batch, as the dense GEMM does.
-  const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(k, 1));
-  std::vector<float> wf(static_cast<size_t>(std::min(n, rows_per_block) * k));
-  for (int64_t n0 = 0; n0 < n && k > 0; n0 += rows_per_block) {
-    const int64_t nb = std::min(rows_per_block, n - n0);
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < nb; ++j) widen(wq.ptr<const uint8_t>() + (n0 + j) * k, k, wf.data() + j * k);
-    for (int64_t i = 0; i < m; ++i)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(nb), static_cast<blasint>(k), 1.0f, wf.data(),
-                  static_cast<blasint>(k), xf.data() + i * k, 1, 0.0f, acc.data() + i * n + n0, 1);
-  }
+  for (int64_t i = 0; i < m * k; ++i) xf[static_cast<size_t>(i)] = kE4M3Table[codes[i]];
+  gemm_f32_out(m, n, k, xf.data(), wq, acc.data());
   std::vector<float> b;
   if (bias) {
     b.resize(static_cast<size_t>(n));
