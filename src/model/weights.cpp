@@ -102,36 +102,23 @@ Tensor* scale_of(LlamaWeights& w, const Tensor* t) {
   return nullptr;
 }
 
-// An FP8 checkpoint's matrix: its sources' e4m3 bytes as stored, and one scale per row from each
-// source's "<name>_scale" (one value for the tensor, or one per output channel).
-void load_fp8_matrix(const SafetensorsCheckpoint& ckpt, const Target& t, Tensor* scale, uint8_t* staging,
-                     int64_t chunk, LlamaWeights& w, Backend& backend) {
-  const int64_t rows = t.shape[0];
-  Buffer buf(backend, static_cast<size_t>(rows * t.shape[1]));
+// An FP8 checkpoint matrix's scale per row, from each source's "<name>_scale" (one value for the
+// tensor, or one per output channel).
+void load_fp8_row_scales(const SafetensorsCheckpoint& ckpt, const Target& t, Tensor* scale, LlamaWeights& w,
+                         Backend& backend) {
   std::vector<float> row_scales;
-  auto* dst = static_cast<uint8_t*>(buf.data());
   for (const std::string& name : t.sources) {
-    const SafetensorsFile& f = ckpt.file_of(name);
-    const SafetensorsTensor& st = f.tensor(name);
-    for (int64_t begin = 0; begin < st.numel(); begin += chunk) {
-      const int64_t n = std::min(chunk, st.numel() - begin);
-      f.read(st, begin, n, DType::kFP8E4M3, staging);
-      backend.copy_to_device(dst, staging, static_cast<size_t>(n));
-      dst += n;
-    }
     const std::string scale_name = name + "_scale";
     const std::vector<float> s = ckpt.file_of(scale_name).read_f32(scale_name);
-    const int64_t r = st.shape[0];
+    const int64_t r = ckpt.tensor(name).shape[0];
     SERVE8_CHECK(s.size() == 1 || static_cast<int64_t>(s.size()) == r,
                  "{}: '{}' has {} values; an FP8 weight of {} rows takes one scale, or one per row", ckpt.path(),
                  scale_name, s.size(), r);
     for (int64_t i = 0; i < r; ++i) row_scales.push_back(s.size() == 1 ? s[0] : s[static_cast<size_t>(i)]);
   }
-  Buffer sbuf(backend, static_cast<size_t>(rows) * sizeof(float));
+  Buffer sbuf(backend, row_scales.size() * sizeof(float));
   backend.copy_to_device(sbuf.data(), row_scales.data(), row_scales.size() * sizeof(float));
-  *t.dst = make_tensor(buf.data(), DType::kFP8E4M3, t.shape);
-  *scale = make_tensor(sbuf.data(), DType::kF32, {rows});
-  w.storage.push_back(std::move(buf));
+  *scale = make_tensor(sbuf.data(), DType::kF32, {static_cast<int64_t>(row_scales.size())});
   w.storage.push_back(std::move(sbuf));
 }
 
@@ -282,25 +269,28 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
   const std::unique_ptr<uint8_t[]> staging(new uint8_t[static_cast<size_t>(std::min(chunk_elems, largest)) * esize]);
   for (size_t ti = 0; ti < targets.size(); ++ti) {
     const Target& t = targets[ti];
-    if (stored_fp8[ti]) {
-      load_fp8_matrix(ckpt, t, scale_of(w, t.dst), staging.get(), chunk_elems, w, backend);
-      continue;
-    }
-    Buffer buf(backend, static_cast<size_t>(product(t.shape)) * esize);
+    // FP8 sources are copied as stored, one byte an element, into the same chunks.
+    const DType to = stored_fp8[ti] ? DType::kFP8E4M3 : cdt;
+    const size_t to_size = dtype_size(to);
+    Buffer buf(backend, static_cast<size_t>(product(t.shape)) * to_size);
     auto* dst = static_cast<uint8_t*>(buf.data());
     for (const std::string& name : t.sources) {
       const SafetensorsFile& f = ckpt.file_of(name);
       const SafetensorsTensor& st = f.tensor(name);
       for (int64_t begin = 0; begin < st.numel(); begin += chunk_elems) {
         const int64_t n = std::min(chunk_elems, st.numel() - begin);
-        f.read(st, begin, n, cdt, staging.get());
-        backend.copy_to_device(dst, staging.get(), static_cast<size_t>(n) * esize);
-        dst += static_cast<size_t>(n) * esize;
+        f.read(st, begin, n, to, staging.get());
+        backend.copy_to_device(dst, staging.get(), static_cast<size_t>(n) * to_size);
+        dst += static_cast<size_t>(n) * to_size;
       }
     }
-    *t.dst = make_tensor(buf.data(), cdt, t.shape);
+    *t.dst = make_tensor(buf.data(), to, t.shape);
     w.storage.push_back(std::move(buf));
-    quantize_if_matrix(w, t.dst, quant, backend);
+    if (stored_fp8[ti]) {
+      load_fp8_row_scales(ckpt, t, scale_of(w, t.dst), w, backend);
+    } else {
+      quantize_if_matrix(w, t.dst, quant, backend);
+    }
   }
   finish(w, config);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
