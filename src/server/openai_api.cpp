@@ -39,12 +39,6 @@ Json usage_json(const GenerationRun& run, int n) {
           {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
-void check_model(const ServerContext& ctx, const Json& body) {
-  // The model field is required by OpenAI; serve8 accepts its omission, but never a wrong name.
-  if (auto model = read_string(body, "model", "model"); model && *model != ctx.options.served_model_name)
-    throw model_not_found(*model, ctx.options.served_model_name);
-}
-
 struct Common {
   std::string id;
   int64_t created = 0;
@@ -66,7 +60,9 @@ Common read_common(ServerContext& ctx, const Json& body, const char* id_prefix) 
 }
 
 // The prompts of a completions body: a string, a list of strings, a list of ids or a list of lists.
-std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const Json& body) {
+// With `echo`, each prompt's text too: strings as sent, ids through the tokenizer.
+std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const Json& body,
+                                                std::vector<std::string>* echo) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) throw_invalid("prompt", "'prompt' is required");
   const Json& prompt = *it;
@@ -80,19 +76,22 @@ std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const 
     GenerationInput in;
     in.input_ids = ctx.encode_prompt(text, "prompt");
     inputs.push_back(std::move(in));
+    if (echo) echo->push_back(text);
+  };
+  auto add_ids = [&](const Json& ids) {
+    GenerationInput in;
+    in.input_ids = read_token_ids(ids, "prompt");
+    if (echo) echo->push_back(ctx.tokenizer() ? ctx.tokenizer()->decode(in.input_ids, false) : "");
+    inputs.push_back(std::move(in));
   };
   if (prompt.is_string()) {
     add_text(prompt);
   } else if (is_token_list(prompt)) {
-    GenerationInput in;
-    in.input_ids = read_token_ids(prompt, "prompt");
-    inputs.push_back(std::move(in));
+    add_ids(prompt);
   } else if (prompt.is_array() && !prompt.empty()) {
     for (const Json& p : prompt) {
       if (p.is_array()) {
-        GenerationInput in;
-        in.input_ids = read_token_ids(p, "prompt");
-        inputs.push_back(std::move(in));
+        add_ids(p);
       } else {
         add_text(p);
       }
@@ -154,10 +153,6 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
     for (GenerationInput& in : inputs)
       for (int j = 0; j < n; ++j) fanned.push_back(in);
     inputs = std::move(fanned);
-    std::vector<std::string> echoed;
-    for (const std::string& e : echo)
-      for (int j = 0; j < n; ++j) echoed.push_back(e);
-    echo = std::move(echoed);
   }
   auto echo_of = std::make_shared<const std::vector<std::string>>(std::move(echo));
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -180,7 +175,7 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
     for (size_t i : changed) {
       TextOutput& o = r.output(i);
       std::string delta = o.take_delta();
-      if (!chat && !echo_of->empty() && !(*opened)[i]) delta = (*echo_of)[i] + delta;
+      if (!chat && !echo_of->empty() && !(*opened)[i]) delta = (*echo_of)[i / static_cast<size_t>(n)] + delta;
       if (delta.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
       Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
       if (chat) {
@@ -214,7 +209,8 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
       const TextOutput& o = r.output(i);
       Json choice = {
           {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}, {"matched_stop", matched_stop(o)}};
-      const std::string text = (echo_of->empty() ? std::string() : (*echo_of)[i]) + std::string(o.visible_text());
+      const std::string text =
+          (echo_of->empty() ? std::string() : (*echo_of)[i / static_cast<size_t>(n)]) + std::string(o.visible_text());
       if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
       } else {
@@ -242,17 +238,9 @@ void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Common c = read_common(ctx, body, "cmpl-");
-    std::vector<GenerationInput> inputs = completion_prompts(ctx, body);
     std::vector<std::string> echo;
-    if (read_bool(body, "echo", "echo").value_or(false)) {
-      // The prompt as the client sent it: strings as they are, ids through the tokenizer.
-      const Json& p = body["prompt"];
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        const Json& one = p.is_string() || is_token_list(p) ? p : p[i];
-        echo.push_back(one.is_string() ? one.get<std::string>()
-                                       : (ctx.tokenizer() ? ctx.tokenizer()->decode(inputs[i].input_ids, false) : ""));
-      }
-    }
+    std::vector<GenerationInput> inputs =
+        completion_prompts(ctx, body, read_bool(body, "echo", "echo").value_or(false) ? &echo : nullptr);
     run_openai(ctx, res, body, false, std::move(inputs), c, received, std::move(echo));
   });
   server.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {

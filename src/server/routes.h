@@ -27,6 +27,8 @@ void register_tokenize_routes(httplib::Server& server, ServerContext& ctx);
 
 // The OpenAI model object of the served model (/v1/models and /v1/models/{id}).
 nlohmann::json model_object(const ServerContext& ctx);
+// Throws model_not_found when a body's "model" names another model (its omission is accepted).
+void check_model(const ServerContext& ctx, const nlohmann::json& body);
 
 void send_json(httplib::Response& res, const std::string& body, int status = 200);
 void send_error(httplib::Response& res, const ApiError& e);

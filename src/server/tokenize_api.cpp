@@ -20,12 +20,13 @@ const Tokenizer& require_tokenizer(const ServerContext& ctx) {
   return *ctx.tokenizer();
 }
 
-void check_model_field(const ServerContext& ctx, const Json& body) {
+}  // namespace
+
+void check_model(const ServerContext& ctx, const Json& body) {
+  // The model field is required by OpenAI; serve8 accepts its omission, but never a wrong name.
   if (auto model = read_string(body, "model", "model"); model && *model != ctx.options.served_model_name)
     throw model_not_found(*model, ctx.options.served_model_name);
 }
-
-}  // namespace
 
 Json model_object(const ServerContext& ctx) {
   return {{"id", ctx.options.served_model_name},   {"object", "model"},
@@ -36,7 +37,7 @@ Json model_object(const ServerContext& ctx) {
 void register_tokenize_routes(httplib::Server& server, ServerContext& ctx) {
   server.Post("/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const Json body = parse_json_object(req.body);
-    check_model_field(ctx, body);
+    check_model(ctx, body);
     const Tokenizer& tok = require_tokenizer(ctx);
     const bool special = read_bool(body, "add_special_tokens", "add_special_tokens").value_or(true);
     std::vector<int32_t> ids;
@@ -52,7 +53,7 @@ void register_tokenize_routes(httplib::Server& server, ServerContext& ctx) {
   });
   server.Post("/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const Json body = parse_json_object(req.body);
-    check_model_field(ctx, body);
+    check_model(ctx, body);
     const Tokenizer& tok = require_tokenizer(ctx);
     if (!body.contains("tokens")) throw_invalid("tokens", "'tokens' (a list of token ids) is required");
     const std::vector<int32_t> ids = read_token_ids(body["tokens"], "tokens");
