@@ -3,10 +3,7 @@
 // where cuBLASLt's tensor-core tiles leave the weights' bandwidth unused.
 #include <algorithm>
 
-#include <cuda_fp8.h>
-
-#include <cstring>
-
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -83,21 +80,15 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
 
 constexpr int kGemvWarps = 8;
 
-// Sixteen e4m3 codes widened to fp32 (exactly: e4m3 is a subset of fp16).
+// Sixteen e4m3 codes widened to fp32 (exactly), as the attention kernels widen FP8 KV.
 __device__ __forceinline__ void widen16(const uint4& v, float (&f)[16]) {
-  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+  float lo[8], hi[8];
+  KvTraits<DType::kFP8E4M3>::to_float8(uint2{v.x, v.y}, lo);
+  KvTraits<DType::kFP8E4M3>::to_float8(uint2{v.z, v.w}, hi);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2_raw r =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>((u[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
-      __half2 h2;
-      memcpy(&h2, &r, sizeof(h2));
-      const float2 f2 = __half22float2(h2);
-      f[4 * i + 2 * h] = f2.x;
-      f[4 * i + 2 * h + 1] = f2.y;
-    }
+  for (int i = 0; i < 8; ++i) {
+    f[i] = lo[i];
+    f[8 + i] = hi[i];
   }
 }
 
