@@ -12,6 +12,7 @@
 #   scripts/gpu.sh e2e [STEP...]       end-to-end steps of serve8 (scripts/gpu/e2e.sh lists them)
 #   scripts/gpu.sh bench [ARGS]        bench_attention ARGS (JSON with the copy bandwidth it
 #                                      measures) and backend_cuda_bench
+#   scripts/gpu.sh gemm [ARGS]         bench_gemm ARGS (decode-sized GEMMs on Llama weight shapes)
 #   scripts/gpu.sh peer [STEP...]      FlashInfer against ours (scripts/gpu/peer.sh lists the steps)
 #   scripts/gpu.sh seed [N]            the serving experiment (scripts/gpu/seed.sh: SEED_* variables)
 #   scripts/gpu.sh pack-gguf           here: the SmolLM2 GGUF for `e2e gguf`, in parts (see below)
@@ -33,7 +34,7 @@ source "$root/scripts/gpu/lib.sh"
 # What the pack holds: the CLI, the GPU tests (ctest label gpu) and the benchmarks.
 bins=(serve8)
 tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test)
-tools=(bench_attention backend_cuda_bench)
+tools=(bench_attention bench_gemm backend_cuda_bench)
 # The shared files the GPU runs read (~2 MB).
 shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json models/llama2-tokenizer
   configs/llama-2-7b.json configs/llama-2-13b.json configs/llama-2-70b.json configs/llama-3-8b.json
@@ -228,6 +229,14 @@ bench() {
   return $rc
 }
 
+gemm() {
+  gpu_unpack
+  local logs="${OUT:-/tmp/serve8-gpu-out}"
+  mkdir -p "$logs"
+  with_pack_libs timeout "${SERVE8_GPU_BENCH_TIMEOUT:-300}" "$GPU_STAGE/bin/bench_gemm" \
+    --out "$logs/gemm_bench.json" "$@" 2>&1 | tee "$logs/bench_gemm.txt"
+}
+
 verb="${1:-}"
 shift || true
 case "$verb" in
@@ -236,10 +245,11 @@ case "$verb" in
   stash-gguf) stash_gguf ;;
   test) test_gpu "$@" ;;
   bench) bench "$@" ;;
+  gemm) gemm "$@" ;;
   e2e) exec bash "$root/scripts/gpu/e2e.sh" "$@" ;;
   peer) exec bash "$root/scripts/gpu/peer.sh" "$@" ;;
   seed) exec bash "$root/scripts/gpu/seed.sh" "$@" ;;
-  *) echo "usage: scripts/gpu.sh pack | pack-gguf | test [gtest args] | e2e [STEP...] | bench [bench_attention args]" \
+  *) echo "usage: scripts/gpu.sh pack | pack-gguf | test [gtest args] | e2e [STEP...] | bench [bench_attention args] | gemm [args]" \
        "| peer [STEP...] | seed [N] | stash-gguf" >&2
      exit 2 ;;
 esac

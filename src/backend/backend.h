@@ -165,6 +165,13 @@ struct OpTime {
   int64_t calls = 0;
 };
 
+// An op's output as FP8 rows too, q [R, K] e4m3 and scale [R] fp32: the bytes
+// quantize_fp8_rows(out) would write, made by the op that writes out (no second pass over it).
+struct Fp8Rows {
+  Tensor q;
+  Tensor scale;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -199,8 +206,10 @@ class Backend {
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor out) = 0;
   // out = x * rsqrt(mean(x^2) + eps) * weight, per row; x, out [T, H]; weight [H].
   virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) = 0;
-  // residual += x; out = rmsnorm(residual) (the fused residual add between sub-layers).
-  virtual void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) = 0;
+  // residual += x; out = rmsnorm(residual) (the fused residual add between sub-layers). With fp8,
+  // also the FP8 rows of out for the FP8 GEMM that reads them (see Fp8Rows).
+  virtual void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
+                           const Fp8Rows* fp8 = nullptr) = 0;
   // out[M, N] = x[M, K] · w[N, K]^T (+ bias[N]). out may be fp32 when x is bf16/fp16 (logits).
   virtual void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) = 0;
   // FP8 rows: scale[r] = max|x[r]| / 448 (1 for a zero row), q[r] = e4m3(x[r] * 448 / max|x[r]|),
@@ -223,8 +232,8 @@ class Backend {
   // the output.
   virtual void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                          Tensor out) = 0;
-  // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:].
-  virtual void silu_mul(const Tensor& gate_up, Tensor out) = 0;
+  // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; with fp8, also out's FP8 rows.
+  virtual void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) = 0;
   // out[i] = x[rows[i]]; rows int32.
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
   // Picks one token per row of logits [B, V] (fp32); writes B ids to out_ids (host memory).

@@ -33,9 +33,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   const int64_t h = config_.hidden_size;
   residual_ = make_buffer(backend, c, max_tokens, h);
   normed_ = make_buffer(backend, c, max_tokens, h);
-  q_ = make_buffer(backend, c, max_tokens, config_.q_size());
-  k_ = make_buffer(backend, c, max_tokens, config_.kv_size());
-  v_ = make_buffer(backend, c, max_tokens, config_.kv_size());
+  qkv_ = make_buffer(backend, c, max_tokens, config_.q_size() + 2 * config_.kv_size());
   attn_out_ = make_buffer(backend, c, max_tokens, config_.q_size());
   proj_out_ = make_buffer(backend, c, max_tokens, h);
   gate_up_ = make_buffer(backend, c, max_tokens, 2ll * config_.intermediate_size);
@@ -62,7 +60,7 @@ double LlamaModel::decode_weight_bytes() const {
 
 size_t LlamaModel::activation_bytes() const {
   size_t n = 0;
-  for (const Buffer* b : {&residual_, &normed_, &q_, &k_, &v_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
+  for (const Buffer* b : {&residual_, &normed_, &qkv_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
                           &logits_, &inv_freq_, &act_q_, &act_scale_})
     n += b->bytes();
   return n;
@@ -91,12 +89,16 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
 
   backend_.embedding(weights_.embed, db.tokens, residual);
   backend_.rmsnorm(residual, weights_.layers[0].attn_norm, config_.rms_norm_eps, normed);
+  GemmInput in = gemm_input(normed, weights_.layers[0].wqkv);
   for (int l = 0; l < config_.num_layers; ++l) {
-    run_layer(l, db, kv.layer(l), t);
+    run_layer(l, db, kv.layer(l), in);
     // proj_out holds the MLP output: add it to the stream and normalize for whatever comes next.
-    const Tensor& next_norm =
-        l + 1 < config_.num_layers ? weights_.layers[static_cast<size_t>(l) + 1].attn_norm : weights_.final_norm;
-    backend_.add_rmsnorm(proj_out, residual, next_norm, config_.rms_norm_eps, normed);
+    const bool last = l + 1 == config_.num_layers;
+    const LayerWeights* next = last ? nullptr : &weights_.layers[static_cast<size_t>(l) + 1];
+    const std::optional<Fp8Rows> rows = next ? fp8_rows_for(next->wqkv, t, h) : std::nullopt;
+    backend_.add_rmsnorm(proj_out, residual, next ? next->attn_norm : weights_.final_norm, config_.rms_norm_eps, normed,
+                         rows ? &*rows : nullptr);
+    in = made_input(normed, rows);
   }
   Tensor last = last_hidden_.view(c, {b, h});
   backend_.gather_rows(normed, db.last_token_rows, last);
@@ -105,12 +107,19 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   return logits;
 }
 
+std::optional<Fp8Rows> LlamaModel::fp8_rows_for(const Tensor& w, int64_t t, int64_t k) {
+  if (w.dtype != DType::kFP8E4M3) return std::nullopt;
+  return Fp8Rows{act_q_.view(DType::kFP8E4M3, {t, k}), act_scale_.view(DType::kF32, {t})};
+}
+
+LlamaModel::GemmInput LlamaModel::made_input(const Tensor& x, const std::optional<Fp8Rows>& rows) {
+  return rows ? GemmInput{x, rows->q, rows->scale} : GemmInput{x, {}, {}};
+}
+
 LlamaModel::GemmInput LlamaModel::gemm_input(const Tensor& x, const Tensor& w) {
-  if (w.dtype != DType::kFP8E4M3) return {x, {}, {}};
-  const int64_t m = x.dim(0), k = x.dim(1);
-  GemmInput in{x, act_q_.view(DType::kFP8E4M3, {m, k}), act_scale_.view(DType::kF32, {m})};
-  backend_.quantize_fp8_rows(x, in.xq, in.xs);
-  return in;
+  const std::optional<Fp8Rows> rows = fp8_rows_for(w, x.dim(0), x.dim(1));
+  if (rows) backend_.quantize_fp8_rows(x, rows->q, rows->scale);
+  return made_input(x, rows);
 }
 
 void LlamaModel::linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out) {
@@ -121,34 +130,33 @@ void LlamaModel::linear(const GemmInput& in, const Tensor& w, const Tensor& w_sc
   }
 }
 
-void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int t) {
+void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, const GemmInput& in) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(l)];
   const DType c = backend_.compute_dtype();
+  const int64_t t = in.x.dim(0);
   const int64_t h = config_.hidden_size;
   const int64_t qs = config_.q_size();
   const int64_t kvs = config_.kv_size();
   const int64_t d = config_.head_dim;
-  Tensor normed = normed_.view(c, {t, h});
-  Tensor q = q_.view(c, {t, config_.num_heads, d});
-  Tensor k = k_.view(c, {t, config_.num_kv_heads, d});
-  Tensor v = v_.view(c, {t, config_.num_kv_heads, d});
-
-  // Q, K and V share one fused weight; each is a contiguous block of its rows, so three GEMMs
-  // write three contiguous outputs that rope, kv_store and attention take as they are.
-  Tensor bq, bk, bv;
-  if (!w.bqkv.empty()) {
-    bq = w.bqkv.rows(0, qs);
-    bk = w.bqkv.rows(qs, kvs);
-    bv = w.bqkv.rows(qs + kvs, kvs);
+  // q, k and v lie one after the other in qkv_ ([t, qs], [t, kvs], [t, kvs]), each contiguous for
+  // rope, kv_store and attention. For one token that is the fused QKV GEMM's output row itself: one
+  // GEMM; for more, three, each over its block of the fused weight's rows.
+  const Tensor qkv = qkv_.view(c, {t * (qs + 2 * kvs)});
+  Tensor q = qkv.rows(0, t * qs).reshape({t, config_.num_heads, d});
+  Tensor k = qkv.rows(t * qs, t * kvs).reshape({t, config_.num_kv_heads, d});
+  Tensor v = qkv.rows(t * (qs + kvs), t * kvs).reshape({t, config_.num_kv_heads, d});
+  if (t == 1) {
+    linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({1, qs + 2 * kvs}));
+  } else {
+    const auto part = [&w](const Tensor& x, int64_t begin, int64_t count) {
+      return x.empty() ? Tensor() : x.rows(begin, count);
+    };
+    const Tensor bq = part(w.bqkv, 0, qs), bk = part(w.bqkv, qs, kvs), bv = part(w.bqkv, qs + kvs, kvs);
+    linear(in, w.wqkv.rows(0, qs), part(w.wqkv_scale, 0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
+    linear(in, w.wqkv.rows(qs, kvs), part(w.wqkv_scale, qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
+    linear(in, w.wqkv.rows(qs + kvs, kvs), part(w.wqkv_scale, qs + kvs, kvs), bv.empty() ? nullptr : &bv,
+           v.reshape({t, kvs}));
   }
-  const auto scale_rows = [&w](int64_t begin, int64_t count) {
-    return w.wqkv_scale.empty() ? Tensor() : w.wqkv_scale.rows(begin, count);
-  };
-  const GemmInput in_qkv = gemm_input(normed, w.wqkv);
-  linear(in_qkv, w.wqkv.rows(0, qs), scale_rows(0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
-  linear(in_qkv, w.wqkv.rows(qs, kvs), scale_rows(qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
-  linear(in_qkv, w.wqkv.rows(qs + kvs, kvs), scale_rows(qs + kvs, kvs), bv.empty() ? nullptr : &bv,
-         v.reshape({t, kvs}));
   backend_.rope(q, k, db.positions, inv_freq_.view(DType::kF32, {d / 2}));
   backend_.kv_store(k, v, db, kv);
   if (kv_observer_) kv_observer_(l, k, v);
@@ -158,12 +166,16 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int 
   linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
 
   Tensor residual = residual_.view(c, {t, h});
-  backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed);
+  Tensor normed = normed_.view(c, {t, h});
+  const std::optional<Fp8Rows> normed_rows = fp8_rows_for(w.w_gate_up, t, h);
+  backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed,
+                       normed_rows ? &*normed_rows : nullptr);
   Tensor gate_up = gate_up_.view(c, {t, 2ll * config_.intermediate_size});
-  linear(gemm_input(normed, w.w_gate_up), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
+  linear(made_input(normed, normed_rows), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
   Tensor act = act_.view(c, {t, config_.intermediate_size});
-  backend_.silu_mul(gate_up, act);
-  linear(gemm_input(act, w.w_down), w.w_down, w.w_down_scale, nullptr, proj_out);
+  const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, config_.intermediate_size);
+  backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
+  linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
 }
 
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,

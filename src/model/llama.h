@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "model/config.h"
@@ -54,7 +55,13 @@ class LlamaModel {
     DeviceBatch captured;  // the batch buffers the graph reads
   };
   Tensor forward_uploaded(const DeviceBatch& db, KvCache& kv);
-  void run_layer(int l, const DeviceBatch& db, const KvLayer& kv, int t);
+  // A GEMM's input: x, and with FP8 weights its e4m3 rows and scales, quantized once for every GEMM
+  // that reads x (by the op that made x where it can: add_rmsnorm, silu_mul).
+  struct GemmInput {
+    Tensor x, xq, xs;
+  };
+  // One decoder layer from its input (the attention norm's output); leaves the MLP's in proj_out_.
+  void run_layer(int l, const DeviceBatch& db, const KvLayer& kv, const GemmInput& in);
   // The graph path of forward(); an empty Tensor when the batch does not qualify.
   Tensor forward_graph(const ForwardBatch& batch, KvCache& kv);
   void capture_graph(DecodeGraph& g, const DeviceBatch& db, KvCache& kv);
@@ -70,14 +77,12 @@ class LlamaModel {
   KvCache* graph_kv_ = nullptr;
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.
-  Buffer residual_, normed_, q_, k_, v_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
+  Buffer residual_, normed_, qkv_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
   // FP8 weights: a GEMM's input quantized per token, and its scales.
   Buffer act_q_, act_scale_;
-  // A GEMM's input: x, and with FP8 weights its e4m3 rows and scales, quantized once for every GEMM
-  // that reads x.
-  struct GemmInput {
-    Tensor x, xq, xs;
-  };
+  // The FP8 rows an op writes for w's GEMM ([t, k] of act_q_), or nothing for a bf16 w.
+  std::optional<Fp8Rows> fp8_rows_for(const Tensor& w, int64_t t, int64_t k);
+  static GemmInput made_input(const Tensor& x, const std::optional<Fp8Rows>& rows);
   GemmInput gemm_input(const Tensor& x, const Tensor& w);
   // out = x · w^T (+ bias) in the matrix's dtype.
   void linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out);

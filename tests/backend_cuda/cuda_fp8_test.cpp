@@ -28,6 +28,35 @@ TEST_F(CudaBackendTest, Fp8QuantizationIsBitExact) {
   }
 }
 
+// add_rmsnorm and silu_mul write FP8 rows of their output, byte for byte what quantize_fp8_rows
+// makes of that output (so fused and unfused FP8 models agree exactly), vector and scalar paths.
+TEST_F(CudaBackendTest, FusedFp8RowsEqualQuantizingTheOutput) {
+  for (const auto& [t, h] : {std::pair<int64_t, int64_t>{1, 4096}, {5, 576}, {3, 100}}) {
+    HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(t * h), 3.0f));
+    HostArray res(DType::kBF16, rng_.normals(static_cast<size_t>(t * h), 3.0f));
+    HostArray w(DType::kBF16, rng_.normals(static_cast<size_t>(h)));
+    HostArray gu(DType::kBF16, rng_.normals(static_cast<size_t>(t * 2 * h), 2.0f));
+    auto dx = to_device(*gpu_, x), dres = to_device(*gpu_, res), dw = to_device(*gpu_, w), dgu = to_device(*gpu_, gu);
+    Buffer out(*gpu_, static_cast<size_t>(t * h) * 2), q(*gpu_, static_cast<size_t>(t * h)),
+        s(*gpu_, static_cast<size_t>(t) * 4), q2(*gpu_, static_cast<size_t>(t * h)), s2(*gpu_, static_cast<size_t>(t) * 4);
+    const Tensor tout = out.view(DType::kBF16, {t, h});
+    const Fp8Rows rows{q.view(DType::kFP8E4M3, {t, h}), s.view(DType::kF32, {t})};
+    const auto expect_same = [&](const char* op) {
+      gpu_->quantize_fp8_rows(tout, q2.view(DType::kFP8E4M3, {t, h}), s2.view(DType::kF32, {t}));
+      EXPECT_EQ(to_host(*gpu_, q.data(), DType::kFP8E4M3, static_cast<size_t>(t * h)).bytes,
+                to_host(*gpu_, q2.data(), DType::kFP8E4M3, static_cast<size_t>(t * h)).bytes)
+          << op << " " << t << "x" << h;
+      EXPECT_EQ(to_host(*gpu_, s.data(), DType::kF32, static_cast<size_t>(t)).bytes,
+                to_host(*gpu_, s2.data(), DType::kF32, static_cast<size_t>(t)).bytes)
+          << op << " " << t << "x" << h;
+    };
+    gpu_->add_rmsnorm(dx.view({t, h}), dres.view({t, h}), dw.view({h}), 1e-5f, tout, &rows);
+    expect_same("add_rmsnorm");
+    gpu_->silu_mul(dgu.view({t, 2 * h}), tout, &rows);
+    expect_same("silu_mul");
+  }
+}
+
 // Every weight matrix of the three models, as [N, K]: fused QKV, O, fused gate/up, down.
 struct WeightShape {
   const char* model;
@@ -38,12 +67,13 @@ constexpr WeightShape kLlamaShapes[] = {
     {"llama-3-8b down", 4096, 14336},   {"llama-2-13b qkv", 15360, 5120},   {"llama-2-13b o", 5120, 5120},
     {"llama-2-13b gate_up", 27648, 5120}, {"llama-2-13b down", 5120, 13824}, {"llama-2-70b qkv", 10240, 8192},
     {"llama-2-70b o", 8192, 8192},      {"llama-2-70b gate_up", 57344, 8192}, {"llama-2-70b down", 8192, 28672},
+    {"smollm2 qkv", 960, 576},          {"smollm2 down", 576, 1536},
 };
 
 TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
-  // GEMM on a 57344 x 8192 matrix would take most of the test's time). M = 1 takes the GEMV, the
-  // others cuBLASLt.
+  // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 64 takes the skinny
+  // kernel (split K on most shapes, each token-tile count), 200 cuBLASLt.
   constexpr int64_t kChecked = 256;
   // Random e4m3 codes, NaN's two codes (0x7f, 0xff) excluded.
   const auto codes = [this](int64_t n) {
@@ -61,7 +91,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{64}, int64_t{200}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{17}, int64_t{40}, int64_t{64}, int64_t{200}}) {
       HostArray xq = codes(m * s.k);
       std::vector<float> xsv(static_cast<size_t>(m));
       for (float& f : xsv) f = rng_.uniform(0.002f, 0.02f);
@@ -74,7 +104,13 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
       poison(*gpu_, out.data(), out.bytes());
       gpu_->gemm_fp8(dxq.view({m, s.k}), dxs.view({m}), dwq.view({s.n, s.k}), dws.view({s.n}), nullptr,
                      out.view(DType::kBF16, {m, s.n}));
-      const std::vector<float> all = to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n)).values();
+      const HostArray first = to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n));
+      const std::vector<float> all = first.values();
+      // Split K adds its slices in a fixed order: the same bytes every run.
+      gpu_->gemm_fp8(dxq.view({m, s.k}), dxs.view({m}), dwq.view({s.n, s.k}), dws.view({s.n}), nullptr,
+                     out.view(DType::kBF16, {m, s.n}));
+      EXPECT_EQ(to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n)).bytes, first.bytes)
+          << s.model << " M=" << m << ": a second run differs";
       std::vector<float> got;
       size_t nan = 0;
       for (int64_t r = 0; r < m; ++r)
@@ -90,7 +126,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
   const int64_t n = 48, k = 64;
-  for (const int64_t m : {int64_t{1}, int64_t{5}}) {  // the GEMV, then cuBLASLt
+  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{65}}) {  // skinny (N not a tile's multiple), cuBLASLt
     HostArray xq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(m * k), 50.0f));
     HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
     HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));

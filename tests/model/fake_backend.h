@@ -37,7 +37,7 @@ class HostMemoryBackend : public Backend {
   DeviceBatch upload_batch(const ForwardBatch&, KvCache&) override { unsupported(); }
   void embedding(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void rmsnorm(const Tensor&, const Tensor&, float, Tensor) override { unsupported(); }
-  void add_rmsnorm(const Tensor&, Tensor, const Tensor&, float, Tensor) override { unsupported(); }
+  void add_rmsnorm(const Tensor&, Tensor, const Tensor&, float, Tensor, const Fp8Rows*) override { unsupported(); }
   void gemm(const Tensor&, const Tensor&, const Tensor*, Tensor) override { unsupported(); }
   void quantize_fp8_rows(const Tensor&, Tensor, Tensor) override { unsupported(); }
   void gemm_fp8(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor*, Tensor) override {
@@ -46,7 +46,7 @@ class HostMemoryBackend : public Backend {
   void rope(Tensor, Tensor, const Tensor&, const Tensor&) override { unsupported(); }
   void kv_store(const Tensor&, const Tensor&, const DeviceBatch&, const KvLayer&) override { unsupported(); }
   void attention(const Tensor&, const KvLayer&, const DeviceBatch&, float, Tensor) override { unsupported(); }
-  void silu_mul(const Tensor&, Tensor) override { unsupported(); }
+  void silu_mul(const Tensor&, Tensor, const Fp8Rows*) override { unsupported(); }
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void sample(const Tensor&, const std::vector<SamplingRow>&, int32_t*) override { unsupported(); }
 

@@ -218,8 +218,10 @@ class CpuBackend final : public Backend {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
     cpu::rmsnorm(x, weight, eps, out);
   }
-  void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) override {
+  void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
+                   const Fp8Rows* fp8 = nullptr) override {
     cpu::add_rmsnorm(x, residual, weight, eps, out);
+    if (fp8) cpu::quantize_fp8_rows(out, fp8->q, fp8->scale);
   }
   void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override { cpu::gemm(x, w, bias, out); }
   void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override { cpu::quantize_fp8_rows(x, q, scale); }
@@ -237,7 +239,10 @@ class CpuBackend final : public Backend {
                  Tensor out) override {
     cpu::attention(q, kv, batch, softmax_scale, out);
   }
-  void silu_mul(const Tensor& gate_up, Tensor out) override { cpu::silu_mul(gate_up, out); }
+  void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override {
+    cpu::silu_mul(gate_up, out);
+    if (fp8) cpu::quantize_fp8_rows(out, fp8->q, fp8->scale);
+  }
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override { cpu::gather_rows(x, rows, out); }
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override {
     cpu::sample(logits, rows, out_ids);

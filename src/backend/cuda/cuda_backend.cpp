@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/fp8_gemm_plan.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/kernels.h"
@@ -17,6 +18,7 @@ namespace {
 
 using cuda_ops::check_activation;
 using cuda_ops::check_dtype;
+using cuda_ops::check_fp8_rows;
 using cuda_ops::check_present;
 using cuda_ops::cuda_type;
 using cuda_ops::rows_of;
@@ -141,6 +143,9 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(com
   profiler_.attach(stream_);
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
+  SERVE8_CUDA_CHECK(cudaMalloc(&fp8_ws_, kFp8SkinnyWorkspaceFloats * sizeof(float)));
+  SERVE8_CUDA_CHECK(cudaMalloc(&fp8_counters_, kFp8SkinnyMaxRowTiles * sizeof(unsigned)));
+  SERVE8_CUDA_CHECK(cudaMemset(fp8_counters_, 0, kFp8SkinnyMaxRowTiles * sizeof(unsigned)));
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 
@@ -150,6 +155,8 @@ CudaBackend::~CudaBackend() {
   sampler_.reset();
   attention_.reset();
   if (arrays_) cudaFree(arrays_);
+  if (fp8_ws_) cudaFree(fp8_ws_);
+  if (fp8_counters_) cudaFree(fp8_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -256,7 +263,7 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
 }
 
 void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps,
-                               Tensor out) {
+                               Tensor out, const Fp8Rows* fp8) {
   check_activation(x, op, "x");
   check_dtype(out, x.dtype, op, "out");
   SERVE8_CHECK(x.ndim == 2, "{}: x has shape {}, expected [T, H]", op, x.shape_str());
@@ -270,10 +277,13 @@ void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual
     SERVE8_CHECK(residual->ndim == 2 && residual->dim(0) == x.dim(0) && residual->dim(1) == x.dim(1),
                  "{}: residual {} does not match x {}", op, residual->shape_str(), x.shape_str());
   }
+  if (fp8) check_fp8_rows(*fp8, out, op);
   RmsNormParams p;
   p.dtype = x.dtype;
   p.x = x.data;
   p.residual = residual ? residual->data : nullptr;
+  p.q = fp8 ? fp8->q.ptr<uint8_t>() : nullptr;
+  p.q_scale = fp8 ? fp8->scale.ptr<float>() : nullptr;
   p.weight = weight.data;
   p.weight_f32 = weight.dtype == DType::kF32;
   p.out = out.data;
@@ -285,12 +295,13 @@ void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   const OpScope profile(profiler_, "rmsnorm");
-  rmsnorm_impl("rmsnorm", x, nullptr, weight, eps, out);
+  rmsnorm_impl("rmsnorm", x, nullptr, weight, eps, out, nullptr);
 }
 
-void CudaBackend::add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) {
+void CudaBackend::add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
+                              const Fp8Rows* fp8) {
   const OpScope profile(profiler_, "add_rmsnorm");
-  rmsnorm_impl("add_rmsnorm", x, &residual, weight, eps, out);
+  rmsnorm_impl("add_rmsnorm", x, &residual, weight, eps, out, fp8);
 }
 
 void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
@@ -358,7 +369,7 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor
   launch_rope(p, stream_);
 }
 
-void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
+void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8) {
   const OpScope profile(profiler_, "silu_mul");
   constexpr const char* op = "silu_mul";
   check_activation(gate_up, op, "gate_up");
@@ -367,10 +378,13 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out) {
                gate_up.shape_str());
   SERVE8_CHECK(out.ndim == 2 && out.dim(0) == gate_up.dim(0) && out.dim(1) == gate_up.dim(1) / 2,
                "{}: out {} for gate_up {}", op, out.shape_str(), gate_up.shape_str());
+  if (fp8) check_fp8_rows(*fp8, out, op);
   SiluMulParams p;
   p.dtype = gate_up.dtype;
   p.gate_up = gate_up.data;
   p.out = out.data;
+  p.q = fp8 ? fp8->q.ptr<uint8_t>() : nullptr;
+  p.q_scale = fp8 ? fp8->scale.ptr<float>() : nullptr;
   p.rows = to_int(gate_up.dim(0), op, "rows");
   p.inter = to_int(out.dim(1), op, "intermediate size");
   launch_silu_mul(p, stream_);

@@ -65,7 +65,8 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
-  void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out) override;
+  void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
+                   const Fp8Rows* fp8 = nullptr) override;
   void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
   void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override;
   void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
@@ -74,7 +75,7 @@ class CudaBackend final : public Backend {
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                  Tensor out) override;
-  void silu_mul(const Tensor& gate_up, Tensor out) override;
+  void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
 
@@ -88,13 +89,16 @@ class CudaBackend final : public Backend {
   void check_current_batch(const DeviceBatch& batch, const char* op) const;
   // Sizes the fixed batch arrays for limits_ and KV caches of up to kv_capacity_ KV entries a step.
   void reserve_batch_arrays();
-  void rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor out);
+  void rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor out,
+                    const Fp8Rows* fp8);
 
   DType compute_ = DType::kBF16;  // bf16 or fp32
   int device_ = 0;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
+  float* fp8_ws_ = nullptr;           // the skinny FP8 GEMM's split-K partials
+  unsigned* fp8_counters_ = nullptr;  // and its arrival counters, zero between GEMMs
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;

@@ -1,8 +1,9 @@
-// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the GEMV
-// for one row, cuBLASLt for more).
+// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the skinny
+// tensor-core kernel up to 64 rows, cuBLASLt beyond).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/fp8_gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/op_profiler.h"
@@ -55,8 +56,9 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
                  "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
   }
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-  if (m <= kFp8GemvMaxRows && aligned(xq.data) && aligned(wq.data)) {
-    Fp8GemvParams g;
+  const Fp8SkinnyPlan plan = plan_fp8_skinny(m, n, k, props_.multiProcessorCount);
+  if (plan.ok && aligned(xq.data) && aligned(wq.data)) {
+    Fp8SkinnyParams g;
     g.x = xq.ptr<const uint8_t>();
     g.w = wq.ptr<const uint8_t>();
     g.x_scale = x_scale.ptr<const float>();
@@ -65,10 +67,12 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
     g.bias_f32 = bias && bias->dtype == DType::kF32;
     g.out = out.data;
     g.out_f32 = out.dtype == DType::kF32;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    launch_fp8_gemv(g, stream_);
+    g.m = static_cast<int>(m);
+    g.n = static_cast<int>(n);
+    g.k = static_cast<int>(k);
+    g.ws = fp8_ws_;
+    g.counters = fp8_counters_;
+    launch_fp8_skinny(g, plan, stream_);
     return;
   }
   GemmArgs a;

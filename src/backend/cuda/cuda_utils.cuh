@@ -112,4 +112,18 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// FP8 rows (Backend::quantize_fp8_rows): codes are e4m3(x * fp8_row_inv(amax)), the scale
+// fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and core/dtype.h's rounding.
+__device__ __forceinline__ float fp8_row_inv(float amax) { return amax > 0.0f ? kE4M3Max / amax : 0.0f; }
+__device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
+__device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
+  uint2 out{0, 0};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out.x |= uint32_t{f32_to_e4m3(f[i] * inv)} << (8 * i);
+    out.y |= uint32_t{f32_to_e4m3(f[4 + i] * inv)} << (8 * i);
+  }
+  *reinterpret_cast<uint2*>(q) = out;
+}
+
 }  // namespace serve8

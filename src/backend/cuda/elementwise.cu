@@ -9,6 +9,8 @@ namespace serve8 {
 namespace {
 
 constexpr int kRowThreads = 256;
+// A decode step's SiLU row is one block: wide, so that it is two loads deep, not seven.
+constexpr int kSiluRowThreads = 1024;
 // RoPE: a block per (token, 8 heads), so that one decode token spreads over many SMs instead of
 // serializing its heads in one block; 4 rotations in flight per thread.
 constexpr int kRopeThreads = 128;
@@ -33,6 +35,23 @@ __global__ void gather_rows_kernel(const GatherRowsParams p) {
 __device__ __forceinline__ float load_weight(const RmsNormParams& p, int i) {
   return p.weight_f32 ? static_cast<const float*>(p.weight)[i]
                       : bf16_bits_to_float(static_cast<const uint16_t*>(p.weight)[i]);
+}
+
+// The FP8 rows of a row this thread block just wrote (Backend::Fp8Rows), amax its max |value|:
+// each thread reads back only what it stored itself, so no barrier is needed before.
+template <typename T>
+__device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* scale, int cols, float amax, int vec) {
+  const float inv = fp8_row_inv(amax);
+  if (vec == 8) {
+    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
+      float v[8];
+      Act<T>::load8(row + i, v);
+      store_e4m3x8(q + i, v, inv);
+    }
+  } else {
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) q[i] = f32_to_e4m3(Act<T>::load(row + i) * inv);
+  }
+  if (threadIdx.x == 0) *scale = fp8_row_scale(amax);
 }
 
 // One block per row. The first pass forms (and for add_rmsnorm stores) the row and its sum of
@@ -72,17 +91,22 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
   }
   ss = block_sum(ss, scratch);
   const float inv_rms = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  float amax = 0.0f;
   for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
     float v[kVec];
     if constexpr (kVec == 8) {
       A::load8(src + i, v);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = v[j] * inv_rms * load_weight(p, i + j);
+      for (int j = 0; j < 8; ++j) v[j] = A::round(v[j] * inv_rms * load_weight(p, i + j));
       A::store8(out + i, v);
     } else {
-      A::store(out + i, A::load(src + i) * inv_rms * load_weight(p, i));
+      v[0] = A::round(A::load(src + i) * inv_rms * load_weight(p, i));
+      A::store(out + i, v[0]);
     }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) amax = fmaxf(amax, fabsf(v[j]));
   }
+  if (p.q) store_fp8_row(out, p.q + row * p.hidden, p.q_scale + row, p.hidden, block_max(amax, scratch), kVec);
 }
 
 // One block per (token, 8 heads): the block computes the token's angles into shared memory, in
@@ -158,6 +182,38 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
   }
 }
 
+// silu_mul with the FP8 rows of its output: a block per row, which the row's max needs.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
+  using A = Act<T>;
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const T* g = static_cast<const T*>(p.gate_up) + r * 2 * p.inter;
+  T* o = static_cast<T*>(p.out) + r * p.inter;
+  float amax = 0.0f;
+  for (int c = threadIdx.x * kVec; c < p.inter; c += blockDim.x * kVec) {
+    float a[kVec], b[kVec];
+    if constexpr (kVec == 8) {
+      A::load8(g + c, a);
+      A::load8(g + p.inter + c, b);
+    } else {
+      a[0] = A::load(g + c);
+      b[0] = A::load(g + p.inter + c);
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      a[j] = A::round(silu(a[j]) * b[j]);
+      amax = fmaxf(amax, fabsf(a[j]));
+    }
+    if constexpr (kVec == 8) {
+      A::store8(o + c, a);
+    } else {
+      A::store(o + c, a[0]);
+    }
+  }
+  store_fp8_row(o, p.q + r * p.inter, p.q_scale + r, p.inter, block_max(amax, scratch), kVec);
+}
+
 __global__ void bias_add_kernel(const BiasAddParams p) {
   const int64_t n = p.rows * p.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -182,8 +238,8 @@ bool aligned_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u)
 
 template <typename T>
 void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
-  const bool vec =
-      p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) && (!p.residual || aligned_host(p.residual));
+  const bool vec = p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) &&
+                   (!p.residual || aligned_host(p.residual)) && (!p.q || aligned_host(p.q));
   if (vec) {
     rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
@@ -193,8 +249,17 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
 
 template <typename T>
 void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
+  const bool vec = p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out) && (!p.q || aligned_host(p.q));
+  if (p.q) {
+    if (vec) {
+      silu_mul_fp8_kernel<T, 8><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+    } else {
+      silu_mul_fp8_kernel<T, 1><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+    }
+    return;
+  }
   const int threads = 256;
-  if (p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out)) {
+  if (vec) {
     silu_mul_kernel<T, 8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
   } else {
     silu_mul_kernel<T, 1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);

@@ -40,23 +40,17 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   __syncthreads();
   amax = 0.0f;
   for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-  const float inv = amax > 0.0f ? kE4M3Max / amax : 0.0f;
+  const float inv = fp8_row_inv(amax);
   if (vec) {
     for (int64_t j = 8 * threadIdx.x; j < p.cols; j += 8 * blockDim.x) {
       float f[8];
       Act<T>::load8(x + j, f);
-      uint2 out{0, 0};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out.x |= uint32_t{f32_to_e4m3(f[i] * inv)} << (8 * i);
-        out.y |= uint32_t{f32_to_e4m3(f[4 + i] * inv)} << (8 * i);
-      }
-      *reinterpret_cast<uint2*>(q + j) = out;
+      store_e4m3x8(q + j, f, inv);
     }
   } else {
     for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = f32_to_e4m3(Act<T>::load(x + j) * inv);
   }
-  if (threadIdx.x == 0) p.scale[row] = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+  if (threadIdx.x == 0) p.scale[row] = fp8_row_scale(amax);
 }
 
 __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {

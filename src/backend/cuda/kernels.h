@@ -32,6 +32,8 @@ struct RmsNormParams {
   const void* weight = nullptr;
   bool weight_f32 = false;  // else bf16
   void* out = nullptr;
+  uint8_t* q = nullptr;  // optional: out's FP8 rows too (Backend::Fp8Rows)
+  float* q_scale = nullptr;
   int rows = 0;
   int hidden = 0;
   float eps = 0.0f;
@@ -57,6 +59,8 @@ struct SiluMulParams {
   DType dtype = DType::kBF16;  // of gate_up and out: bf16 or fp32
   const void* gate_up = nullptr;
   void* out = nullptr;
+  uint8_t* q = nullptr;  // optional: out's FP8 rows too (Backend::Fp8Rows)
+  float* q_scale = nullptr;
   int rows = 0;
   int inter = 0;
 };
@@ -112,6 +116,26 @@ struct Fp8GemvParams {
   int64_t m = 0, n = 0, k = 0;
 };
 void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream);
+
+// The skinny FP8 GEMM (fp8_gemm.cu, planned by fp8_gemm_plan.h): out[m, n] = (x[m] · w[n]) *
+// x_scale[m] * w_scale[n] (+ bias[n]) on the tensor cores for m <= kFp8SkinnyMaxRows; x and w e4m3
+// rows of k bytes, 16-byte aligned. With splits > 1, ws holds [splits, m, n] fp32 partial sums
+// and counters one zeroed arrival count per 64-row tile (left zeroed).
+struct Fp8SkinnyParams {
+  const uint8_t* x = nullptr;
+  const uint8_t* w = nullptr;
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+  const void* bias = nullptr;  // optional
+  bool bias_f32 = false;
+  void* out = nullptr;
+  bool out_f32 = false;  // else bf16
+  int m = 0, n = 0, k = 0;
+  float* ws = nullptr;
+  unsigned* counters = nullptr;
+};
+struct Fp8SkinnyPlan;
+void launch_fp8_skinny(const Fp8SkinnyParams& p, const Fp8SkinnyPlan& plan, cudaStream_t stream);
 
 // Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
 // to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.

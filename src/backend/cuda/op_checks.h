@@ -26,6 +26,16 @@ inline void check_present(const Tensor& t, const char* op, const char* name) {
   SERVE8_CHECK(!t.empty() || t.numel() == 0, "{}: {} has no data", op, name);
 }
 
+// FP8 rows of an [R, K] output: q e4m3 [R, K], scale fp32 [R].
+inline void check_fp8_rows(const Fp8Rows& f, const Tensor& out, const char* op) {
+  check_dtype(f.q, DType::kFP8E4M3, op, "fp8 q");
+  check_dtype(f.scale, DType::kF32, op, "fp8 scale");
+  SERVE8_CHECK(out.ndim == 2 && f.q.ndim == 2 && f.q.dim(0) == out.dim(0) && f.q.dim(1) == out.dim(1) &&
+                   f.scale.ndim == 1 && f.scale.dim(0) == out.dim(0),
+               "{}: fp8 q {} and scale {} must be [R, K] and [R] for out {}", op, f.q.shape_str(), f.scale.shape_str(),
+               out.shape_str());
+}
+
 inline int64_t rows_of(const Tensor& t) { return t.ndim == 0 || t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
 
 inline int to_int(int64_t v, const char* op, const char* what) {

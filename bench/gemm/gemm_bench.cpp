@@ -1,0 +1,238 @@
+// bench/gemm: decode-sized GEMMs (M = 1..64 rows) on the weight matrices of Llama-3-8B,
+// Llama-2-13B and Llama-2-70B, against the machine's copy bandwidth measured in the same run.
+// Kernels: serve8's FP8 GEMM as the backend dispatches it (gemm_fp8), cuBLASLt FP8 (e4m3 with
+// per-row and per-channel scales), the CUDA-core FP8 GEMV (M = 1) and cuBLASLt bf16 (the bf16
+// weights' GEMM). Each run starts with a cold L2 (every matrix but the largest fits in it).
+//
+//   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT]
+//
+// A row's bytes are the weight, the input rows and the output rows; fraction_of_copy is its rate
+// over the copy bandwidth (read + write).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "attention/bench_kernels.h"
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8_gemm_plan.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "cli/build_info.h"
+
+namespace serve8 {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Matrix {
+  const char* model;
+  const char* name;
+  int64_t n, k;
+};
+constexpr Matrix kMatrices[] = {
+    {"llama-3-8b", "qkv", 6144, 4096},      {"llama-3-8b", "o", 4096, 4096},
+    {"llama-3-8b", "gate_up", 28672, 4096}, {"llama-3-8b", "down", 4096, 14336},
+    {"llama-2-13b", "qkv", 15360, 5120},    {"llama-2-13b", "o", 5120, 5120},
+    {"llama-2-13b", "gate_up", 27648, 5120}, {"llama-2-13b", "down", 5120, 13824},
+    {"llama-2-70b", "qkv", 10240, 8192},    {"llama-2-70b", "o", 8192, 8192},
+    {"llama-2-70b", "gate_up", 57344, 8192}, {"llama-2-70b", "down", 8192, 28672},
+};
+
+// Median milliseconds of fn over reps runs, each after reading a buffer twice the L2's size
+// (clean lines of other data), with a spin first so the host's launch latency stays out.
+template <typename F>
+double time_cold_ms(cudaStream_t s, int reps, const void* flush, size_t flush_bytes, unsigned* sink, F&& fn) {
+  fn();
+  cudaEvent_t a, b;
+  SERVE8_CUDA_CHECK(cudaEventCreate(&a));
+  SERVE8_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    launch_l2_fill_read(flush, flush_bytes, sink, s);
+    launch_spin(50.0, s);
+    SERVE8_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    SERVE8_CUDA_CHECK(cudaEventRecord(b, s));
+    SERVE8_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SERVE8_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Random valid bytes: e4m3 codes without NaN's, or bf16 values of N(0, 1).
+void fill(Backend& be, void* dst, size_t bytes, bool fp8, std::mt19937_64& gen) {
+  const size_t block = std::min<size_t>(bytes, 4u << 20);
+  std::vector<uint8_t> h(block);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (size_t i = 0; i + (fp8 ? 1 : 2) <= block; i += fp8 ? 1 : 2) {
+    if (fp8) {
+      h[i] = f32_to_e4m3(nd(gen));
+    } else {
+      const uint16_t v = f32_to_bf16(nd(gen));
+      std::memcpy(&h[i], &v, 2);
+    }
+  }
+  for (size_t off = 0; off < bytes; off += block)
+    be.copy_to_device(static_cast<char*>(dst) + off, h.data(), std::min(block, bytes - off));
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+int run(int argc, char** argv) {
+  std::string out_path = "gemm_bench.json", filter;
+  int reps = 20;
+  std::vector<int64_t> ms_list = {1, 2, 4, 8, 16, 32, 64};
+  std::string command = "bench_gemm";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    command += " " + a;
+    if (i + 1 >= argc) throw std::runtime_error("bench_gemm: " + a + " needs a value");
+    const std::string v = argv[++i];
+    command += " " + v;
+    if (a == "--out") {
+      out_path = v;
+    } else if (a == "--reps") {
+      reps = std::max(1, std::atoi(v.c_str()));
+    } else if (a == "--filter") {
+      filter = v;
+    } else if (a == "--m") {
+      ms_list.clear();
+      std::stringstream ss(v);
+      for (std::string x; std::getline(ss, x, ',');) ms_list.push_back(std::atoll(x.c_str()));
+    } else {
+      throw std::runtime_error("bench_gemm: unknown argument " + a);
+    }
+  }
+  auto owner = create_backend("cuda");
+  auto& be = dynamic_cast<CudaBackend&>(*owner);
+  const cudaStream_t s = be.stream();
+  std::mt19937_64 gen(1);
+  int dev = 0;
+  cudaDeviceProp props{};
+  SERVE8_CUDA_CHECK(cudaGetDevice(&dev));
+  SERVE8_CUDA_CHECK(cudaGetDeviceProperties(&props, dev));
+  const size_t flush_bytes = 2 * static_cast<size_t>(props.l2CacheSize);
+  Buffer flush(be, flush_bytes), sink(be, 64);
+  unsigned* sinkp = static_cast<unsigned*>(sink.data());
+
+  double copy_gbs = 0;
+  {
+    const size_t bytes = size_t{4} << 30;
+    Buffer src(be, bytes), dst(be, bytes);
+    const double ms = time_cold_ms(s, 10, flush.data(), flush_bytes, sinkp, [&] {
+      SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    copy_gbs = 2.0 * static_cast<double>(bytes) / ms / 1e6;
+  }
+  std::printf("device: %s\ncopy: %.0f GB/s\n\n", be.device_description().c_str(), copy_gbs);
+  std::printf("%-22s %3s %-14s %9s %8s %7s\n", "matrix", "M", "kernel", "ms", "GB/s", "%copy");
+
+  CublasLtGemm lt(s);
+  Json rows = Json::array();
+  const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
+  for (const Matrix& mat : kMatrices) {
+    const std::string label = std::string(mat.model) + " " + mat.name;
+    if (!filter.empty() && label.find(filter) == std::string::npos) continue;
+    const int64_t n = mat.n, k = mat.k;
+    Buffer w8(be, size_t(n * k)), w16(be, size_t(n * k) * 2), ws(be, size_t(n) * 4);
+    Buffer x8(be, size_t(max_m * k)), x16(be, size_t(max_m * k) * 2), xs(be, size_t(max_m) * 4);
+    Buffer out(be, size_t(max_m * n) * 2);
+    fill(be, w8.data(), w8.bytes(), true, gen);
+    fill(be, w16.data(), w16.bytes(), false, gen);
+    fill(be, x8.data(), x8.bytes(), true, gen);
+    fill(be, x16.data(), x16.bytes(), false, gen);
+    const std::vector<float> ones(static_cast<size_t>(std::max(n, max_m)), 0.01f);
+    be.copy_to_device(ws.data(), ones.data(), size_t(n) * 4);
+    be.copy_to_device(xs.data(), ones.data(), size_t(max_m) * 4);
+    for (const int64_t m : ms_list) {
+      const Tensor tx8 = x8.view(DType::kFP8E4M3, {m, k}), tw8 = w8.view(DType::kFP8E4M3, {n, k});
+      const Tensor txs = xs.view(DType::kF32, {m}), tws = ws.view(DType::kF32, {n});
+      const Tensor tout = out.view(DType::kBF16, {m, n});
+      struct Kernel {
+        std::string name;
+        double weight_bytes;
+        std::function<void()> fn;
+      };
+      std::vector<Kernel> kernels;
+      kernels.push_back({"serve8 fp8", double(n * k), [&] { be.gemm_fp8(tx8, txs, tw8, tws, nullptr, tout); }});
+      GemmArgs fa;
+      fa.x = x8.data();
+      fa.w = w8.data();
+      fa.out = out.data();
+      fa.m = m;
+      fa.n = n;
+      fa.k = k;
+      fa.in_type = CUDA_R_8F_E4M3;
+      fa.x_scale = static_cast<const float*>(xs.data());
+      fa.w_scale = static_cast<const float*>(ws.data());
+      kernels.push_back({"cublaslt fp8", double(n * k), [&, fa] { lt.run(fa); }});
+      if (m == 1) {
+        Fp8GemvParams gv;
+        gv.x = static_cast<const uint8_t*>(x8.data());
+        gv.w = static_cast<const uint8_t*>(w8.data());
+        gv.x_scale = fa.x_scale;
+        gv.w_scale = fa.w_scale;
+        gv.out = out.data();
+        gv.m = 1;
+        gv.n = n;
+        gv.k = k;
+        kernels.push_back({"gemv fp8", double(n * k), [&, gv] { launch_fp8_gemv(gv, s); }});
+      }
+      const Tensor tx16 = x16.view(DType::kBF16, {m, k}), tw16 = w16.view(DType::kBF16, {n, k});
+      kernels.push_back({"cublaslt bf16", double(n * k) * 2, [&] { be.gemm(tx16, tw16, nullptr, tout); }});
+      for (const Kernel& kn : kernels) {
+        const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, sinkp, kn.fn);
+        const double in_bytes = double(m * k) * (kn.weight_bytes > double(n * k) ? 2 : 1);
+        const double bytes = kn.weight_bytes + in_bytes + double(m * n) * 2;
+        const double gbs = bytes / ms / 1e6;
+        std::printf("%-22s %3lld %-14s %9.4f %8.0f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
+                    kn.name.c_str(), ms, gbs, 100.0 * gbs / copy_gbs);
+        const Fp8SkinnyPlan plan = plan_fp8_skinny(m, n, k, props.multiProcessorCount);
+        Json r = {{"model", mat.model}, {"matrix", mat.name}, {"m", m}, {"n", n}, {"k", k}, {"kernel", kn.name},
+                  {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}};
+        if (kn.name == "serve8 fp8" && plan.ok) r["splits"] = plan.splits;
+        rows.push_back(r);
+      }
+    }
+  }
+  Json doc = {{"command", command},       {"git_hash", build_commit()}, {"device", be.device_description()},
+              {"date", utc_now()},        {"copy_gb_per_s", copy_gbs},  {"reps", reps},
+              {"l2_flush_bytes", flush_bytes}, {"rows", rows}};
+  std::ofstream(out_path) << doc.dump(1) << "\n";
+  std::printf("\nwrote %s\n", out_path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace serve8
+
+int main(int argc, char** argv) {
+  try {
+    return serve8::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  }
+}
