@@ -1,5 +1,5 @@
-// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the skinny
-// tensor-core kernel up to 64 rows, cuBLASLt beyond).
+// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the GEMV,
+// the skinny tensor-core kernel or cuBLASLt by rows, as fp8_gemm_plan.h says).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -56,6 +56,22 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
                  "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
   }
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  if (m <= kFp8GemvMaxRows && aligned(xq.data) && aligned(wq.data)) {
+    Fp8GemvParams g;
+    g.x = xq.ptr<const uint8_t>();
+    g.w = wq.ptr<const uint8_t>();
+    g.x_scale = x_scale.ptr<const float>();
+    g.w_scale = w_scale.ptr<const float>();
+    g.bias = bias ? bias->data : nullptr;
+    g.bias_f32 = bias && bias->dtype == DType::kF32;
+    g.out = out.data;
+    g.out_f32 = out.dtype == DType::kF32;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    launch_fp8_gemv(g, stream_);
+    return;
+  }
   const Fp8SkinnyPlan plan = plan_fp8_skinny(m, n, k, props_.multiProcessorCount);
   if (plan.ok && aligned(xq.data) && aligned(wq.data)) {
     Fp8SkinnyParams g;

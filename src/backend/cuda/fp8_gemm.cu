@@ -1,7 +1,6 @@
-// The skinny FP8 GEMM: decode-sized M (up to 64 rows) against a weight matrix read once, on the
-// tensor cores (mma.sync m16n8k32 e4m3, fp32 accumulators). The weight is the MMA's A operand (16
-// of its rows per warp), the activations its B operand (8 tokens per tile), so a token tile costs
-// nothing when M is small. Each lane loads 16 or 32 consecutive bytes of a row per step; since a
+// The skinny FP8 GEMM: a few rows (M <= 8) against a weight matrix read once, on the tensor cores
+// (mma.sync m16n8k32 e4m3, fp32 accumulators). The weight is the MMA's A operand (16 of its rows
+// per warp), the activations its B operand (one tile of 8 tokens). Each lane loads 16 or 32 consecutive bytes of a row per step; since a
 // dot product does not care in which order K is summed, A and B take those bytes in the same
 // permuted K order and no shuffle is needed. K is split across blocks until every SM streams;
 // the partial sums meet in a workspace, added in slice order by the last block of each row tile.
@@ -52,9 +51,10 @@ __device__ __forceinline__ void store_out(const Fp8SkinnyParams& p, int token, i
   }
 }
 
-// Tiles: 8-token MMA tiles (M <= 8 * Tiles). LaneBytes: bytes of K per lane per row per step.
-template <int Tiles, int LaneBytes>
+// LaneBytes: bytes of K per lane per row per step.
+template <int LaneBytes>
 __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8SkinnyParams p, const int splits) {
+  constexpr int kTiles = 1;  // M <= 8: one MMA tile of tokens
   constexpr int kVecs = LaneBytes / 16;        // 16-byte loads per row per step
   constexpr int kMmas = LaneBytes / 8;         // k32 MMAs per step (8 bytes of each lane's each)
   constexpr int kStepBytes = 4 * LaneBytes;    // K per step: the 4 lanes of a row side by side
@@ -68,11 +68,11 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8Skinny
   const int64_t ra = min(row0 + g, p.n - 1), rb = min(row0 + g + 8, p.n - 1);
   const uint8_t* wa = p.w + ra * p.k + t * LaneBytes;
   const uint8_t* wb = p.w + rb * p.k + t * LaneBytes;
-  const uint8_t* xr[Tiles];
+  const uint8_t* xr[kTiles];
 #pragma unroll
-  for (int j = 0; j < Tiles; ++j) xr[j] = p.x + int64_t{min(8 * j + g, p.m - 1)} * p.k + t * LaneBytes;
+  for (int j = 0; j < kTiles; ++j) xr[j] = p.x + int64_t{min(8 * j + g, p.m - 1)} * p.k + t * LaneBytes;
 
-  float acc[Tiles][4] = {};
+  float acc[kTiles][4] = {};
   uint4 a[kVecs], b[kVecs];
   if (s_begin < s_end) {
     load_stream(wa + int64_t{s_begin} * kStepBytes, a);
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8Skinny
     }
     const int64_t off = int64_t{s} * kStepBytes;
 #pragma unroll
-    for (int j = 0; j < Tiles; ++j) {
+    for (int j = 0; j < kTiles; ++j) {
       uint4 xv[kVecs];
 #pragma unroll
       for (int i = 0; i < kVecs; ++i) xv[i] = __ldg(reinterpret_cast<const uint4*>(xr[j] + off) + i);
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8Skinny
   // acc[j]: rows row0 + g (0, 1) and row0 + g + 8 (2, 3), tokens 8j + 2t (0, 2) and 8j + 2t + 1 (1, 3).
   if (splits == 1) {
 #pragma unroll
-    for (int j = 0; j < Tiles; ++j)
+    for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int token = 8 * j + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8Skinny
   }
   float* part = p.ws + int64_t{blockIdx.y} * p.m * p.n;
 #pragma unroll
-  for (int j = 0; j < Tiles; ++j)
+  for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int token = 8 * j + 2 * t + (e & 1), row = row0 + g + 8 * (e >> 1);
@@ -143,33 +143,15 @@ __global__ void __launch_bounds__(kWarps * 32) fp8_skinny_kernel(const Fp8Skinny
   if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
 }
 
-template <int Tiles>
-void launch_tiles(const Fp8SkinnyParams& p, const Fp8SkinnyPlan& plan, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
-  if (plan.lane_bytes == 32) {
-    fp8_skinny_kernel<Tiles, 32><<<grid, kWarps * 32, 0, stream>>>(p, plan.splits);
-  } else {
-    fp8_skinny_kernel<Tiles, 16><<<grid, kWarps * 32, 0, stream>>>(p, plan.splits);
-  }
-}
-
 }  // namespace
 
 void launch_fp8_skinny(const Fp8SkinnyParams& p, const Fp8SkinnyPlan& plan, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
-  switch (plan.token_tiles) {
-    case 1:
-      launch_tiles<1>(p, plan, stream);
-      break;
-    case 2:
-      launch_tiles<2>(p, plan, stream);
-      break;
-    case 4:
-      launch_tiles<4>(p, plan, stream);
-      break;
-    default:
-      launch_tiles<8>(p, plan, stream);
-      break;
+  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(plan.splits));
+  if (plan.lane_bytes == 32) {
+    fp8_skinny_kernel<32><<<grid, kWarps * 32, 0, stream>>>(p, plan.splits);
+  } else {
+    fp8_skinny_kernel<16><<<grid, kWarps * 32, 0, stream>>>(p, plan.splits);
   }
   SERVE8_CUDA_CHECK_LAUNCH("fp8_skinny_kernel");
 }

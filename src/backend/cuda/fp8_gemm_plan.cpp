@@ -6,12 +6,10 @@ namespace serve8 {
 
 Fp8SkinnyPlan plan_fp8_skinny(int64_t m, int64_t n, int64_t k, int sms) {
   Fp8SkinnyPlan p;
-  if (m < 1 || m > kFp8SkinnyMaxRows || n < 1 || k < 64 || k % 64 != 0 || sms < 1) return p;
+  if (m <= kFp8GemvMaxRows || m > kFp8SkinnyMaxRows || n < 1 || k < 64 || k % 64 != 0 || sms < 1) return p;
   const int64_t row_tiles = (n + kFp8SkinnyRowsPerBlock - 1) / kFp8SkinnyRowsPerBlock;
   if (row_tiles > kFp8SkinnyMaxRowTiles) return p;
   p.ok = true;
-  const int64_t tiles8 = (m + 7) / 8;
-  p.token_tiles = tiles8 <= 1 ? 1 : tiles8 <= 2 ? 2 : tiles8 <= 4 ? 4 : 8;
   p.lane_bytes = k % 128 == 0 ? 32 : 16;
   p.row_tiles = static_cast<int>(row_tiles);
   const int64_t steps = k / (4 * p.lane_bytes);

@@ -101,9 +101,8 @@ struct Fp8ScaleParams {
 };
 void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
 
-// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]) for at most kFp8GemvMaxRows rows
-// m; x and w e4m3 rows of k bytes (a multiple of 16, 16-byte aligned).
-constexpr int kFp8GemvMaxRows = 1;  // at 4 rows cuBLASLt was faster (bench/README.md)
+// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]) for one row m (the decode GEMV,
+// fp8_gemm_plan.h says where it runs); x and w e4m3 rows of k bytes (a multiple of 16, 16-byte aligned).
 struct Fp8GemvParams {
   const uint8_t* x = nullptr;
   const uint8_t* w = nullptr;
@@ -118,7 +117,7 @@ struct Fp8GemvParams {
 void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream);
 
 // The skinny FP8 GEMM (fp8_gemm.cu, planned by fp8_gemm_plan.h): out[m, n] = (x[m] · w[n]) *
-// x_scale[m] * w_scale[n] (+ bias[n]) on the tensor cores for m <= kFp8SkinnyMaxRows; x and w e4m3
+// x_scale[m] * w_scale[n] (+ bias[n]) on the tensor cores for m <= 8; x and w e4m3
 // rows of k bytes, 16-byte aligned. With splits > 1, ws holds [splits, m, n] fp32 partial sums
 // and counters one zeroed arrival count per 64-row tile (left zeroed).
 struct Fp8SkinnyParams {
