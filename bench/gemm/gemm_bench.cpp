@@ -26,7 +26,6 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/fp8_gemm_plan.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "cli/build_info.h"
@@ -209,11 +208,8 @@ int run(int argc, char** argv) {
         const double gbs = bytes / ms / 1e6;
         std::printf("%-22s %3lld %-14s %9.4f %8.0f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
                     kn.name.c_str(), ms, gbs, 100.0 * gbs / copy_gbs);
-        const Fp8SkinnyPlan plan = plan_fp8_skinny(m, n, k, props.multiProcessorCount);
-        Json r = {{"model", mat.model}, {"matrix", mat.name}, {"m", m}, {"n", n}, {"k", k}, {"kernel", kn.name},
-                  {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}};
-        if (kn.name == "serve8 fp8" && plan.ok) r["splits"] = plan.splits;
-        rows.push_back(r);
+        rows.push_back({{"model", mat.model}, {"matrix", mat.name}, {"m", m}, {"n", n}, {"k", k}, {"kernel", kn.name},
+                        {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}});
       }
     }
   }

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend_impl.h"
-#include "backend/cuda/fp8_gemm_plan.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/kernels.h"
@@ -143,9 +142,6 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(com
   profiler_.attach(stream_);
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
-  SERVE8_CUDA_CHECK(cudaMalloc(&fp8_ws_, kFp8SkinnyWorkspaceFloats * sizeof(float)));
-  SERVE8_CUDA_CHECK(cudaMalloc(&fp8_counters_, kFp8SkinnyMaxRowTiles * sizeof(unsigned)));
-  SERVE8_CUDA_CHECK(cudaMemset(fp8_counters_, 0, kFp8SkinnyMaxRowTiles * sizeof(unsigned)));
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 
@@ -155,8 +151,6 @@ CudaBackend::~CudaBackend() {
   sampler_.reset();
   attention_.reset();
   if (arrays_) cudaFree(arrays_);
-  if (fp8_ws_) cudaFree(fp8_ws_);
-  if (fp8_counters_) cudaFree(fp8_counters_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

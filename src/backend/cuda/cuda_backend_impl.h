@@ -97,8 +97,6 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
-  float* fp8_ws_ = nullptr;           // the skinny FP8 GEMM's split-K partials
-  unsigned* fp8_counters_ = nullptr;  // and its arrival counters, zero between GEMMs
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;

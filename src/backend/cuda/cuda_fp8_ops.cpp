@@ -1,9 +1,8 @@
-// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the GEMV,
-// the skinny tensor-core kernel or cuBLASLt by rows, as fp8_gemm_plan.h says).
+// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the GEMV
+// for one row, cuBLASLt for more: bench_gemm, bench/README.md).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
-#include "backend/cuda/fp8_gemm_plan.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_checks.h"
 #include "backend/cuda/op_profiler.h"
@@ -70,25 +69,6 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
     g.n = n;
     g.k = k;
     launch_fp8_gemv(g, stream_);
-    return;
-  }
-  const Fp8SkinnyPlan plan = plan_fp8_skinny(m, n, k, props_.multiProcessorCount);
-  if (plan.ok && aligned(xq.data) && aligned(wq.data)) {
-    Fp8SkinnyParams g;
-    g.x = xq.ptr<const uint8_t>();
-    g.w = wq.ptr<const uint8_t>();
-    g.x_scale = x_scale.ptr<const float>();
-    g.w_scale = w_scale.ptr<const float>();
-    g.bias = bias ? bias->data : nullptr;
-    g.bias_f32 = bias && bias->dtype == DType::kF32;
-    g.out = out.data;
-    g.out_f32 = out.dtype == DType::kF32;
-    g.m = static_cast<int>(m);
-    g.n = static_cast<int>(n);
-    g.k = static_cast<int>(k);
-    g.ws = fp8_ws_;
-    g.counters = fp8_counters_;
-    launch_fp8_skinny(g, plan, stream_);
     return;
   }
   GemmArgs a;

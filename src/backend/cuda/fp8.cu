@@ -136,6 +136,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(const Fp8Gemv
 void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   const unsigned blocks = static_cast<unsigned>((p.n + kGemvWarps - 1) / kGemvWarps);
+  static_assert(kFp8GemvMaxRows == 1, "instantiate fp8_gemv_kernel for every row count it takes");
   fp8_gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
   SERVE8_CUDA_CHECK_LAUNCH("fp8_gemv_kernel");
 }
