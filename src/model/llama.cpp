@@ -148,7 +148,7 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   if (t == 1) {
     linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({1, qs + 2 * kvs}));
   } else {
-    const auto part = [&w](const Tensor& x, int64_t begin, int64_t count) {
+    const auto part = [](const Tensor& x, int64_t begin, int64_t count) {
       return x.empty() ? Tensor() : x.rows(begin, count);
     };
     const Tensor bq = part(w.bqkv, 0, qs), bk = part(w.bqkv, qs, kvs), bv = part(w.bqkv, qs + kvs, kvs);
