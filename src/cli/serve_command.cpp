@@ -59,6 +59,7 @@ int run_serve(ServeArgs a) {
   SERVE8_CHECK(a.server.port > 0 && a.server.port < 65536, "--port must be in 1..65535, got {}", a.server.port);
   SERVE8_CHECK(a.server.max_request_bytes > 0, "--max-request-bytes must be positive");
   SERVE8_CHECK(a.server.http_timeout_seconds > 0, "--http-timeout must be positive");
+  SERVE8_CHECK(a.server.drain_seconds >= 0, "--drain-seconds must be >= 0");
   SERVE8_CHECK(a.server.max_queued_requests >= 0, "--max-queued-requests must be >= 0 (0: unlimited)");
   a.server.version = std::string("serve8 ") + build_commit();
 
@@ -111,7 +112,10 @@ void register_serve(CLI::App& root, SetAction set_action) {
   app->add_option("--max-request-bytes", a->server.max_request_bytes, "largest request body; larger gets 413")
       ->capture_default_str();
   app->add_option("--http-timeout", a->server.http_timeout_seconds,
-                  "seconds a connection may stall while its request is read or its response written")
+                  "seconds a request's headers, then its body, then each write of its response may take")
+      ->capture_default_str();
+  app->add_option("--drain-seconds", a->server.drain_seconds,
+                  "on SIGTERM, how long admitted requests may finish before they are aborted")
       ->capture_default_str();
   app->add_option("--max-queued-requests", a->server.max_queued_requests,
                   "answer 503 while this many requests wait (0: unlimited)")

@@ -3,11 +3,24 @@
 namespace serve8 {
 
 void RequestStream::push(const OutputEvent& ev) {
+  std::function<void()> listener;
   {
     std::lock_guard<std::mutex> lk(mu_);
     events_.push_back(ev);
+    listener = listener_;
   }
   cv_.notify_one();
+  if (listener) listener();
+}
+
+void RequestStream::set_listener(std::function<void()> fn) {
+  bool waiting = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    listener_ = fn;
+    waiting = !events_.empty();
+  }
+  if (waiting && fn) fn();
 }
 
 std::optional<OutputEvent> RequestStream::next(std::chrono::milliseconds timeout) {

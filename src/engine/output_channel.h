@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,9 @@ class RequestStream {
   void push(const OutputEvent& ev);
   // Waits up to `timeout` for the next event; nullopt on timeout.
   std::optional<OutputEvent> next(std::chrono::milliseconds timeout);
+  // Calls `fn` (on the pushing thread, without the lock) after every push, and at once if events
+  // are waiting: how an event-driven reader learns there is something to take with next(0).
+  void set_listener(std::function<void()> fn);
   const std::string& rid() const { return rid_; }
 
  private:
@@ -35,6 +39,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<OutputEvent> events_;
+  std::function<void()> listener_;
 };
 
 class OutputDispatcher {

@@ -84,6 +84,7 @@ GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> in
 }
 
 GenerationRun::~GenerationRun() {
+  on_output(nullptr);
   abort();
   for (const std::string& r : rids_) ctx_.release_rid(r);
   ctx_.in_flight -= static_cast<int64_t>(inputs_.size());
@@ -147,24 +148,25 @@ std::vector<size_t> GenerationRun::poll(std::chrono::milliseconds timeout) {
   }
 }
 
-std::optional<ApiError> GenerationRun::await_start(std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const auto now = Clock::now();
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    for (size_t i : poll(std::max(left, std::chrono::milliseconds(0))))
-      if (std::find(changed_before_.begin(), changed_before_.end(), i) == changed_before_.end())
-        changed_before_.push_back(i);
-    for (size_t i = 0; i < outputs_.size(); ++i) {
-      const TextOutput& out = *outputs_[i];
-      if (out.error().empty()) continue;
-      if (!ctx_.engine.accepting()) return server_overloaded(out.error());
-      return invalid_request(out.error());
-    }
-    const bool started =
-        std::all_of(outputs_.begin(), outputs_.end(), [](const auto& o) { return o->num_events() > 0; });
-    if (started || Clock::now() >= deadline) return std::nullopt;
+std::optional<ApiError> GenerationRun::check_start() {
+  for (size_t i : poll(std::chrono::milliseconds(0)))
+    if (std::find(changed_before_.begin(), changed_before_.end(), i) == changed_before_.end())
+      changed_before_.push_back(i);
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    const TextOutput& out = *outputs_[i];
+    if (out.error().empty()) continue;
+    if (!ctx_.engine.accepting()) return server_overloaded(out.error());
+    return invalid_request(out.error());
   }
+  return std::nullopt;
+}
+
+bool GenerationRun::started() const {
+  return std::all_of(outputs_.begin(), outputs_.end(), [](const auto& o) { return o->num_events() > 0; });
+}
+
+void GenerationRun::on_output(const std::function<void()>& wake) {
+  for (const auto& s : streams_) s->set_listener(wake);
 }
 
 }  // namespace serve8

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,9 +51,14 @@ class GenerationRun {
 
   // Waits up to `timeout` for output; returns the indexes of the requests that changed.
   std::vector<size_t> poll(std::chrono::milliseconds timeout);
-  // Waits until every request has its first event (or `timeout`): an engine refusal arrives as
-  // the first event, and the caller can then still answer with an error status instead of 200.
-  std::optional<ApiError> await_start(std::chrono::milliseconds timeout);
+  // Takes what arrived; an error once a request was refused, else nothing. An engine refusal
+  // arrives as a request's first event, so a caller that waits for started() (every request has
+  // its first event) can still answer with an error status instead of 200.
+  std::optional<ApiError> check_start();
+  bool started() const;
+  // Calls `wake` (on the engine's delivery thread) whenever output arrives for one of the run's
+  // requests: an event-driven reader's cue to poll(0).
+  void on_output(const std::function<void()>& wake);
   void abort();
 
  private:

@@ -1,7 +1,5 @@
 // OpenAI's routes: /v1/models, /v1/completions and /v1/chat/completions, streamed
 // ("chat.completion.chunk" deltas, usage last when stream_options.include_usage) or not.
-#include <httplib.h>
-
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -138,7 +136,7 @@ std::vector<ChatMessage> chat_messages(const Json& body) {
 }
 
 // echo: completions' "echo", each prompt's text put before its choices' text (empty: no echo).
-void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bool chat,
+void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool chat,
                 std::vector<GenerationInput> inputs, const Common& c, Clock::time_point received,
                 std::vector<std::string> echo = {}) {
   SamplingParams params;
@@ -229,11 +227,11 @@ void run_openai(ServerContext& ctx, httplib::Response& res, const Json& body, bo
 
 }  // namespace
 
-void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
-  server.Get("/v1/models", [&ctx](const httplib::Request&, httplib::Response& res) {
+void register_openai_routes(Router& server, ServerContext& ctx) {
+  server.Get("/v1/models", [&ctx](const HttpRequest&, HttpResponse& res) {
     send_json(res, dump_json(Json{{"object", "list"}, {"data", Json::array({model_object(ctx)})}}));
   });
-  server.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/v1/completions", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const auto received = Clock::now();
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
@@ -243,7 +241,7 @@ void register_openai_routes(httplib::Server& server, ServerContext& ctx) {
         completion_prompts(ctx, body, read_bool(body, "echo", "echo").value_or(false) ? &echo : nullptr);
     run_openai(ctx, res, body, false, std::move(inputs), c, received, std::move(echo));
   });
-  server.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/v1/chat/completions", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const auto received = Clock::now();
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);

@@ -9,11 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "server/http_message.h"
 
 namespace serve8 {
 
@@ -21,17 +17,17 @@ struct ServerContext;
 class GenerationRun;
 class ApiError;
 
-void register_sglang_routes(httplib::Server& server, ServerContext& ctx);
-void register_openai_routes(httplib::Server& server, ServerContext& ctx);
-void register_tokenize_routes(httplib::Server& server, ServerContext& ctx);
+void register_sglang_routes(Router& server, ServerContext& ctx);
+void register_openai_routes(Router& server, ServerContext& ctx);
+void register_tokenize_routes(Router& server, ServerContext& ctx);
 
 // The OpenAI model object of the served model (/v1/models and /v1/models/{id}).
 nlohmann::json model_object(const ServerContext& ctx);
 // Throws model_not_found when a body's "model" names another model (its omission is accepted).
 void check_model(const ServerContext& ctx, const nlohmann::json& body);
 
-void send_json(httplib::Response& res, const std::string& body, int status = 200);
-void send_error(httplib::Response& res, const ApiError& e);
+void send_json(HttpResponse& res, const std::string& body, int status = 200);
+void send_error(HttpResponse& res, const ApiError& e);
 
 // How a streamed response renders its server-sent events.
 struct StreamFormat {
@@ -41,11 +37,11 @@ struct StreamFormat {
   std::function<void(GenerationRun& run, std::vector<std::string>& out)> on_end;
 };
 
-// Answers with `run`'s output: as server-sent events ("data: {...}\n\n" ... "data: [DONE]\n\n")
-// when `format` is given, else as the single JSON body `body(run)` once every request finished.
-// An engine refusal that arrives promptly becomes an error status; a client that disconnects
-// while its requests run has them aborted. Throws ApiError for the former.
-void respond_with_run(httplib::Response& res, std::shared_ptr<GenerationRun> run, const StreamFormat* format,
+// Answers with `run`'s output, deferred: as server-sent events ("data: {...}\n\n" ... "data:
+// [DONE]\n\n") when `format` is given, else as the single JSON body `body(run)` once every request
+// finished. An engine refusal that arrives promptly becomes an error status; a client that
+// disconnects while its requests run has them aborted.
+void respond_with_run(HttpResponse& res, std::shared_ptr<GenerationRun> run, const StreamFormat* format,
                       std::function<std::string(GenerationRun& run)> body);
 
 }  // namespace serve8

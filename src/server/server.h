@@ -1,7 +1,8 @@
 // HttpServer: the HTTP front of one Engine: SGLang's native routes (/generate, /get_server_info,
 // /flush_cache...), OpenAI's (/v1/completions, /v1/chat/completions, /v1/models) and Prometheus
-// /metrics. Handler threads parse and validate requests, submit them to the engine and turn its
-// output events into responses; they never touch the scheduler's state.
+// /metrics. Event-loop threads own the connections; handler threads parse and validate requests
+// and submit them to the engine; the engine's output events wake the connections that stream
+// them. Nothing here touches the scheduler's state.
 #pragma once
 
 #include <cstddef>
@@ -20,8 +21,9 @@ struct ServerOptions {
   size_t max_request_bytes = 10u << 20;
   int max_queued_requests = 0;  // 503 beyond this many waiting requests; 0: unlimited
   double drain_seconds = 5.0;   // on shutdown, how long running requests may finish
-  // A connection idle this long while the server reads its request or writes its response (a
-  // client sending its body slowly, or not reading its answer) is closed; its requests abort.
+  // The deadline for a request's headers (from when the connection waits for them), then for its
+  // body, then for each write of its response: a client that trickles or stops reading is closed
+  // and its requests abort.
   int http_timeout_seconds = 30;
   // /metrics answers without the API key unless this is set (Prometheus scrapers often have none).
   bool metrics_require_api_key = false;

@@ -1,8 +1,6 @@
 // SGLang's native routes: POST /generate (text or input_ids, one or a batch, streamed or not), the
 // health checks, /get_model_info, /get_server_info, /flush_cache and /abort_request, with the
 // shapes SGLang's clients (bench_serving among them) read.
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -91,7 +89,7 @@ std::vector<GenerationInput> parse_prompts(const ServerContext& ctx, const Json&
   return inputs;
 }
 
-void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto received = Clock::now();
   const Json body = parse_json_object(req.body);
   bool batch = false;
@@ -135,7 +133,7 @@ void handle_generate(ServerContext& ctx, const httplib::Request& req, httplib::R
 }
 
 // /health_generate: one greedy token through the whole engine.
-void handle_health_generate(ServerContext& ctx, httplib::Response& res) {
+void handle_health_generate(ServerContext& ctx, HttpResponse& res) {
   GenerationInput in;
   const int bos = ctx.engine.model_config().bos_token_id;
   in.input_ids = {bos >= 0 ? bos : 0};
@@ -210,13 +208,13 @@ Json server_info(const ServerContext& ctx) {
 
 }  // namespace
 
-void register_sglang_routes(httplib::Server& server, ServerContext& ctx) {
+void register_sglang_routes(Router& server, ServerContext& ctx) {
   server.Post("/generate",
-              [&ctx](const httplib::Request& req, httplib::Response& res) { handle_generate(ctx, req, res); });
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+              [&ctx](const HttpRequest& req, HttpResponse& res) { handle_generate(ctx, req, res); });
+  server.Get("/health", [](const HttpRequest&, HttpResponse& res) { res.status = 200; });
   server.Get("/health_generate",
-             [&ctx](const httplib::Request&, httplib::Response& res) { handle_health_generate(ctx, res); });
-  server.Get("/get_model_info", [&ctx](const httplib::Request&, httplib::Response& res) {
+             [&ctx](const HttpRequest&, HttpResponse& res) { handle_health_generate(ctx, res); });
+  server.Get("/get_model_info", [&ctx](const HttpRequest&, HttpResponse& res) {
     const ModelConfig& mc = ctx.engine.model_config();
     Json info = {{"model_path", ctx.engine_args.model_path},
                  {"tokenizer_path", ctx.engine_args.tokenizer_path},
@@ -228,17 +226,17 @@ void register_sglang_routes(httplib::Server& server, ServerContext& ctx) {
                  {"has_tokenizer", ctx.tokenizer() != nullptr}};
     send_json(res, dump_json(info));
   });
-  auto info = [&ctx](const httplib::Request&, httplib::Response& res) { send_json(res, dump_json(server_info(ctx))); };
+  auto info = [&ctx](const HttpRequest&, HttpResponse& res) { send_json(res, dump_json(server_info(ctx))); };
   server.Get("/get_server_info", info);
   server.Get("/server_info", info);
-  auto flush = [&ctx](const httplib::Request&, httplib::Response& res) {
+  auto flush = [&ctx](const HttpRequest&, HttpResponse& res) {
     if (!ctx.engine.flush_cache())
       throw invalid_request("The cache was not flushed: requests are running or waiting; try again when idle");
     res.set_content("Cache flushed.\n", "text/plain");
   };
   server.Post("/flush_cache", flush);
   server.Get("/flush_cache", flush);
-  server.Post("/abort_request", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/abort_request", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const Json body = parse_json_object(req.body);
     const std::optional<std::string> rid = read_string(body, "rid", "rid");
     if (!rid) throw_invalid("rid", "'rid' is required");

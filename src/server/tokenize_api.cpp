@@ -1,7 +1,5 @@
 // The small routes apps and routers reach for beside generation: /tokenize and /detokenize (the
 // bodies SGLang and vLLM take), /version, one model by id (/v1/models/{id}) and CORS.
-#include <httplib.h>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -34,8 +32,8 @@ Json model_object(const ServerContext& ctx) {
           {"root", ctx.options.served_model_name}, {"max_model_len", ctx.context_length()}};
 }
 
-void register_tokenize_routes(httplib::Server& server, ServerContext& ctx) {
-  server.Post("/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+void register_tokenize_routes(Router& server, ServerContext& ctx) {
+  server.Post("/tokenize", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = require_tokenizer(ctx);
@@ -51,7 +49,7 @@ void register_tokenize_routes(httplib::Server& server, ServerContext& ctx) {
                                   {"count", ids.size()},
                                   {"max_model_len", ctx.context_length()}}));
   });
-  server.Post("/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  server.Post("/detokenize", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Tokenizer& tok = require_tokenizer(ctx);
@@ -65,20 +63,18 @@ void register_tokenize_routes(httplib::Server& server, ServerContext& ctx) {
     // vLLM answers {"prompt"}, SGLang {"text"}: both, so either client reads it.
     send_json(res, dump_json(Json{{"prompt", text}, {"text", text}}));
   });
-  server.Get("/version", [&ctx](const httplib::Request&, httplib::Response& res) {
+  server.Get("/version", [&ctx](const HttpRequest&, HttpResponse& res) {
     send_json(res, dump_json(Json{{"version", ctx.options.version}}));
   });
-  // CORS, as SGLang's and vLLM's servers allow any origin: browsers' preflights get their answer.
-  server.Options(R"(.*)", [](const httplib::Request&, httplib::Response& res) {
+  // CORS, as SGLang's and vLLM's servers allow any origin (every response says so): browsers'
+  // preflights get their answer.
+  server.Options(R"(.*)", [](const HttpRequest&, HttpResponse& res) {
     res.status = 204;
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
     res.set_header("Access-Control-Max-Age", "86400");
   });
-  server.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Access-Control-Allow-Origin", "*");
-  });
-  server.Get(R"(/v1/models/(.+))", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  server.Get(R"(/v1/models/(.+))", [&ctx](const HttpRequest& req, HttpResponse& res) {
     const std::string id = req.matches[1];
     if (id != ctx.options.served_model_name) throw model_not_found(id, ctx.options.served_model_name);
     send_json(res, dump_json(model_object(ctx)));

@@ -311,7 +311,7 @@ def test_batches_with_a_bad_item_are_refused_whole(text_server):
 
 
 def test_http_level_garbage(text_server):
-    """Requests httplib itself refuses (bad request line, bad Content-Length) close cleanly; the
+    """Requests the HTTP parser refuses (bad request line, bad Content-Length) close cleanly; the
     server keeps serving."""
     import socket
     for raw in (b"GARBAGE\r\n\r\n",

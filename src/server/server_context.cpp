@@ -1,0 +1,63 @@
+#include "server/server_context.h"
+
+#include <algorithm>
+#include <ctime>
+#include <random>
+#include <span>
+
+#include "core/log.h"
+#include "server/api_error.h"
+
+namespace serve8 {
+
+ServerContext::ServerContext(Engine& e, const EngineArgs& args, const ServerOptions& opts)
+    : engine(e),
+      engine_args(args),
+      options(opts),
+      created_unix(static_cast<int64_t>(std::time(nullptr))),
+      id_state_(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32)) {
+  if (const Tokenizer* t = e.tokenizer()) {
+    for (int32_t id = 0; id < t->vocab_size(); ++id)
+      longest_token_bytes_ = std::max(longest_token_bytes_, t->decode(std::span<const int32_t>(&id, 1), false).size());
+  }
+}
+
+void ServerContext::check_prompt_bytes(size_t bytes, const std::string& param) const {
+  const uint64_t limit = 4ull * static_cast<uint64_t>(context_length()) * std::max<size_t>(longest_token_bytes_, 1);
+  if (bytes > limit)
+    throw_invalid(param,
+                  "The prompt has {} bytes: more than this model's maximum context length of {} tokens can hold "
+                  "(its longest token has {} bytes)",
+                  bytes, context_length(), longest_token_bytes_);
+}
+
+std::vector<int32_t> ServerContext::encode_prompt(const std::string& text, const std::string& param) const {
+  check_prompt_bytes(text.size(), param);
+  return tokenizer()->encode(text, true);
+}
+
+std::string ServerContext::new_request_id() {
+  std::lock_guard<std::mutex> lk(mu_);
+  // splitmix64: distinct ids from one random seed, cheap under the lock.
+  auto next = [this] {
+    uint64_t z = (id_state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  const uint64_t a = next();
+  const uint64_t b = next();
+  return fmt::format("{:016x}{:016x}", a, b);
+}
+
+bool ServerContext::claim_rid(const std::string& rid) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return active_rids_.insert(rid).second;
+}
+
+void ServerContext::release_rid(const std::string& rid) {
+  std::lock_guard<std::mutex> lk(mu_);
+  active_rids_.erase(rid);
+}
+
+}  // namespace serve8

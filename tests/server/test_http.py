@@ -1,0 +1,171 @@
+"""The HTTP layer against slow, odd and hostile clients, on raw sockets: body limits enforced
+while reading (chunked or not), bad lengths answered at once, bodiless POSTs, pipelining,
+connections that trickle bytes, and SIGTERM with such connections open."""
+
+import json
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import requests
+
+LIMIT = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    return start_server(["--max-total-tokens", "4096", "--max-request-bytes", str(LIMIT), "--http-timeout", "20"])
+
+
+def connect(server):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return s
+
+
+def read_response(s, deadline_s=10.0):
+    """One response (status, headers, body) from s, reading exactly its Content-Length."""
+    s.settimeout(deadline_s)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    n = int(headers.get("content-length", "0"))
+    while len(rest) < n:
+        chunk = s.recv(65536)
+        assert chunk, "connection closed inside a body"
+        rest += chunk
+    return status, headers, rest[:n], rest[n:]
+
+
+def test_chunked_body_over_the_limit_is_refused_while_reading(server):
+    s = connect(server)
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Transfer-Encoding: chunked\r\n\r\n")
+    t0 = time.time()
+    status = None
+    try:
+        for _ in range(4 * LIMIT // 4096):  # four times the limit, in 4 KiB chunks
+            s.sendall(b"1000\r\n" + b"x" * 4096 + b"\r\n")
+    except OSError:
+        pass  # the server closed the connection after its 413
+    status, headers, body, _ = read_response(s)
+    assert status == 413
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+    assert time.time() - t0 < 5
+
+
+@pytest.mark.parametrize("length", ["-5", "1e18", "abc", str(LIMIT + 1)])
+def test_bad_or_oversized_content_length_is_answered_at_once(server, length):
+    s = connect(server)
+    t0 = time.time()
+    s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + length.encode() + b"\r\n\r\n{")
+    status, _, body, _ = read_response(s)
+    assert status == (413 if length == str(LIMIT + 1) else 400), body
+    assert "error" in json.loads(body)
+    assert time.time() - t0 < 5
+
+
+def test_post_without_body_or_length_is_handled_at_once(server):
+    s = connect(server)
+    t0 = time.time()
+    s.sendall(b"POST /flush_cache HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, _, _ = read_response(s)
+    assert status == 200
+    assert time.time() - t0 < 5
+
+
+def test_pipelined_requests_all_get_answers_in_order(server):
+    s = connect(server)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    answers = []
+    leftover = b""
+    for _ in range(3):
+        if leftover:  # a response already read in the previous recv
+            s2_data = leftover
+            head, rest = s2_data.split(b"\r\n\r\n", 1)
+            status = int(head.split(b" ")[1])
+            n = int([ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")][0].split(b":")[1])
+            answers.append((status, rest[:n]))
+            leftover = rest[n:]
+            continue
+        status, _, body, leftover = read_response(s)
+        answers.append((status, body))
+    assert [a[0] for a in answers] == [200, 200, 200]
+    assert "version" in json.loads(answers[1][1])
+
+
+def test_trickling_clients_hold_no_handler(server):
+    # Many connections that send a byte now and then; meanwhile /health answers at once.
+    socks = []
+    for _ in range(200):
+        s = connect(server)
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Le")
+        socks.append(s)
+    try:
+        t0 = time.time()
+        r = requests.get(server.url + "/health", timeout=10)
+        assert r.status_code == 200
+        assert time.time() - t0 < 1.0
+        r = requests.post(server.url + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+                          timeout=30)
+        assert r.status_code == 200
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_sigterm_with_trickling_clients_exits_promptly(start_server):
+    srv = start_server(["--max-total-tokens", "4096", "--http-timeout", "60"])
+    socks = []
+    for _ in range(5):
+        s = connect(srv)
+        s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"te")  # half a body
+        socks.append(s)
+    s = connect(srv)
+    s.sendall(b"GET /hea")  # half a header
+    socks.append(s)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            try:
+                s.sendall(b"l")
+            except OSError:
+                return
+            time.sleep(1)
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        t0 = time.time()
+        srv.proc.send_signal(15)
+        srv.proc.wait(timeout=15)
+        assert time.time() - t0 < 10
+        assert srv.proc.returncode == 0
+    finally:
+        stop.set()
+        t.join()
+        for c in socks:
+            c.close()
+
+
+def test_a_stream_survives_keep_alive_reuse(server):
+    # A streamed answer (chunked), then another request on the same connection.
+    with requests.Session() as sess:
+        for _ in range(2):
+            r = sess.post(server.url + "/generate", json={"text": "hi", "stream": True,
+                                                          "sampling_params": {"max_new_tokens": 3}}, stream=True)
+            assert r.status_code == 200
+            lines = [ln for ln in r.iter_lines() if ln]
+            assert lines[-1] == b"data: [DONE]"
+        assert sess.get(server.url + "/health").status_code == 200
