@@ -1,4 +1,5 @@
 // `serve8 generate`: one prompt through the engine in this process, completion to stdout.
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -18,6 +19,8 @@ struct GenerateArgs {
   std::string prompt;
   std::string prompt_ids;
   bool output_ids = false;
+  bool pool_given = false;     // --max-total-tokens
+  bool running_given = false;  // --max-running-requests
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -39,7 +42,17 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 
 int run_generate(const GenerateArgs& a) {
   SERVE8_CHECK(a.prompt.empty() != a.prompt_ids.empty(), "generate: give exactly one of --prompt and --prompt-ids");
-  std::unique_ptr<Engine> engine = create_engine(a.engine);
+  // One request: a KV pool of its size, not the server's default (allocating and zeroing that
+  // took most of a short run), and a batch of one.
+  EngineArgs args = a.engine;
+  if (!a.pool_given) {
+    // A text prompt has at most one token per byte, plus the ones the tokenizer adds.
+    const int64_t prompt = a.prompt_ids.empty() ? static_cast<int64_t>(a.prompt.size()) + 8
+                                                : static_cast<int64_t>(parse_ids(a.prompt_ids).size());
+    args.max_total_tokens = prompt + std::max(a.sampling.max_new_tokens, 0) + 1;
+  }
+  if (!a.running_given) args.scheduler.max_running_requests = 1;
+  std::unique_ptr<Engine> engine = create_engine(args);
   std::vector<int32_t> ids;
   if (!a.prompt_ids.empty()) {
     ids = parse_ids(a.prompt_ids);
@@ -85,7 +98,11 @@ void register_generate(CLI::App& root, std::function<void(std::function<int()>)>
   app->add_option("--prompt", a->prompt, "prompt text");
   app->add_option("--prompt-ids", a->prompt_ids, "prompt token ids, separated by spaces");
   app->add_flag("--output-ids", a->output_ids, "print generated token ids instead of text");
-  app->callback([a, set_action] { set_action([a] { return run_generate(*a); }); });
+  app->callback([a, app, set_action] {
+    a->pool_given = app->count("--max-total-tokens") > 0;
+    a->running_given = app->count("--max-running-requests") > 0;
+    set_action([a] { return run_generate(*a); });
+  });
 }
 
 }  // namespace serve8

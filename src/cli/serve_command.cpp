@@ -1,6 +1,8 @@
 // `serve8 serve`: the engine behind an HTTP server (SGLang's and OpenAI's APIs) until SIGINT or
 // SIGTERM. With no --model-path it serves SmolLM2-135M-Instruct where scripts/setup.sh fetched it,
 // else a built-in tiny dummy-weight Llama, so the server can be tried with no checkpoint at hand.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -63,6 +65,11 @@ int run_serve(ServeArgs a) {
   SERVE8_CHECK(a.server.max_queued_requests >= 0, "--max-queued-requests must be >= 0 (0: unlimited)");
   a.server.version = std::string("serve8 ") + build_commit();
 
+  // Every connection is a descriptor: allow as many as the hard limit does (often 1,024 soft).
+  if (rlimit fds{}; getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur < fds.rlim_max) {
+    fds.rlim_cur = fds.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &fds);
+  }
   // A client that disconnects must not kill the server through SIGPIPE on the next write.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGINT, on_stop_signal);

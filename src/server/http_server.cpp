@@ -54,7 +54,7 @@ struct HttpServer::Impl final : SessionHost {
   ServerContext ctx;
   Router router;
   net::io_context ioc;
-  tcp::acceptor acceptor{ioc};
+  tcp::acceptor acceptor{net::make_strand(ioc)};  // its own strand: shutdown closes it from another thread
   net::thread_pool handler_pool;
   std::atomic<bool> shutting_down{false};
   std::mutex mu;
@@ -192,7 +192,7 @@ void HttpServer::shutdown() {
   ctx.draining = true;
   // No new connections; every connection without an admitted request closes now (a client
   // trickling its headers or body holds nothing).
-  net::post(s.ioc, [&s] {
+  net::post(s.acceptor.get_executor(), [&s] {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
   });

@@ -40,11 +40,15 @@ void HttpSession::start() {
 
 void HttpSession::close_if_idle() {
   net::post(stream_.get_executor(), [self = shared_from_this()] {
-    if (!self->busy_) self->close();
+    if (!self->busy_) self->close_now();
   });
 }
 
 void HttpSession::close() {
+  net::post(stream_.get_executor(), [self = shared_from_this()] { self->close_now(); });
+}
+
+void HttpSession::close_now() {
   if (closed_) return;
   closed_ = true;
   ticker_.cancel();
@@ -60,7 +64,7 @@ void HttpSession::close() {
 void HttpSession::read_request() {
   busy_ = false;
   if (closed_) return;
-  if (host_.closing()) return close();
+  if (host_.closing()) return close_now();
   parser_.emplace();
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(host_.options().max_request_bytes);
@@ -76,7 +80,7 @@ void HttpSession::on_header(beast::error_code ec) {
   if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
     auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
     net::async_write(stream_, net::buffer(*cont), [self = shared_from_this(), cont](beast::error_code wec, size_t) {
-      if (wec) return self->close();
+      if (wec) return self->close_now();
       self->read_body();
     });
     return;
@@ -111,7 +115,7 @@ void HttpSession::on_read_error(beast::error_code ec) {
     host_.rejected();
     return write_error(400, "Malformed HTTP request: " + ec.message(), "bad_request");
   }
-  close();  // end of stream, timeout, reset or a message cut short: nobody to answer
+  close_now();  // end of stream, timeout, reset or a message cut short: nobody to answer
 }
 
 void HttpSession::dispatch() {
@@ -172,7 +176,7 @@ void HttpSession::pump() {
     deferred_->cancel();
     deferred_.reset();
     if (!head_sent_) return write_error(500, std::string("Internal error: ") + e.what(), "server_error");
-    return close();
+    return close_now();
   }
   std::string bytes;
   if (p.head) {
@@ -204,7 +208,7 @@ void HttpSession::tick() {
   ticker_.async_wait([self = shared_from_this(), d = deferred_.get()](beast::error_code ec) {
     if (ec || self->closed_ || self->deferred_.get() != d || d == nullptr) return;
     if (self->client_gone()) {
-      self->close();
+      self->close_now();
       return;
     }
     self->pump();
@@ -227,7 +231,7 @@ void HttpSession::write(std::string bytes, bool last) {
   stream_.expires_after(std::chrono::seconds(host_.options().http_timeout_seconds));
   net::async_write(stream_, net::buffer(*buf), [self = shared_from_this(), buf, last](beast::error_code ec, size_t) {
     self->writing_ = false;
-    if (ec) return self->close();
+    if (ec) return self->close_now();
     if (last) return self->finish_response();
     if (self->repump_) {
       self->repump_ = false;
@@ -240,7 +244,7 @@ void HttpSession::finish_response() {
   deferred_.reset();
   ticker_.cancel();
   stream_.expires_never();
-  if (!keep_alive_ || host_.closing()) return close();
+  if (!keep_alive_ || host_.closing()) return close_now();
   read_request();  // a pipelined request may already be in the buffer
 }
 

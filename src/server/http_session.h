@@ -33,11 +33,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(boost::asio::ip::tcp::socket socket, SessionHost& host);
   void start();
-  // Closes the connection unless a request of it is being answered (shutdown's first step).
+  // Closes the connection unless a request of it is being answered (shutdown's first step). Both
+  // are safe from any thread: they run on the connection's strand.
   void close_if_idle();
   void close();
 
  private:
+  void close_now();
   void read_request();
   void on_header(boost::beast::error_code ec);
   void read_body();

@@ -169,3 +169,66 @@ def test_a_stream_survives_keep_alive_reuse(server):
             lines = [ln for ln in r.iter_lines() if ln]
             assert lines[-1] == b"data: [DONE]"
         assert sess.get(server.url + "/health").status_code == 200
+
+
+def server_threads(srv):
+    with open(f"/proc/{srv.proc.pid}/status") as f:
+        return int(next(ln for ln in f if ln.startswith("Threads:")).split()[1])
+
+
+def test_a_thousand_waiting_connections_and_300_streams(start_server):
+    """1,000 connections that are idle or trickle their headers cost no thread: /health answers in
+    under 50 ms (median of 20), 300 concurrent streams complete, and the thread count stays."""
+    import resource
+    from concurrent.futures import ThreadPoolExecutor
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2000:
+        pytest.skip(f"needs 2,000 descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    srv = start_server(["--max-total-tokens", "65536", "--max-running-requests", "64", "--http-timeout", "120"])
+    requests.get(srv.url + "/health", timeout=10)
+    before = server_threads(srv)
+    socks = []
+    try:
+        for i in range(1000):
+            s = connect(srv)
+            if i % 2:
+                s.sendall(b"GET /heal")  # half a request line; the rest never comes
+            socks.append(s)
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            assert requests.get(srv.url + "/health", timeout=10).status_code == 200
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        print(f"/health under 1,000 waiting connections: median {times[10] * 1e3:.1f} ms, max {times[-1] * 1e3:.1f} ms")
+        assert times[10] < 0.05
+
+        def stream(i):
+            r = requests.post(srv.url + "/generate", json={"text": f"story {i}", "stream": True,
+                                                          "sampling_params": {"max_new_tokens": 8, "temperature": 0}},
+                              stream=True, timeout=300)
+            lines = [ln for ln in r.iter_lines() if ln]
+            return r.status_code, lines[-1] if lines else b""
+
+        t0 = time.time()
+        with ThreadPoolExecutor(300) as pool:
+            results = list(pool.map(stream, range(300)))
+        assert all(code == 200 and last == b"data: [DONE]" for code, last in results)
+        during = server_threads(srv)
+        print(f"300 concurrent streams in {time.time() - t0:.1f} s; server threads {before} before, {during} after")
+        assert during <= before + 2
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_ten_megabyte_prompt_is_refused_before_tokenizing(start_server):
+    srv = start_server(["--max-total-tokens", "4096", "--max-request-bytes", str(32 << 20)])
+    text = "word " * (2 << 20)  # 10 MiB of text: tokenizing it took 10 s and 1.5 GB
+    t0 = time.time()
+    r = requests.post(srv.url + "/generate", json={"text": text, "sampling_params": {"max_new_tokens": 1}}, timeout=60)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "text"
+    assert time.time() - t0 < 3
+    assert requests.get(srv.url + "/health", timeout=10).status_code == 200
