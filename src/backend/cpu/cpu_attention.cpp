@@ -46,7 +46,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
                    const KvGeometry& g) {
   const float* k_scale = kv.k_scale.ptr<const float>();
   const float* v_scale = kv.v_scale.ptr<const float>();
-#pragma omp parallel
+#pragma omp parallel if (2 * t_count * g.heads * g.head_dim >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(g.head_dim));
 #pragma omp for schedule(static)
@@ -88,7 +88,8 @@ void attention_impl(const AttentionArgs& a) {
   const S* v_pool = a.kv->v.template ptr<const S>();
   const float* k_scale = a.kv->k_scale.ptr<const float>();
   const float* v_scale = a.kv->v_scale.ptr<const float>();
-#pragma omp parallel
+  // Work: every new token's q heads against up to max_kv_len K and V rows.
+#pragma omp parallel if (a.t_count * a.q_heads * a.max_kv_len * d >= kParallelMinElements)
   {
     std::vector<float> q(static_cast<size_t>(group * d)), acc(static_cast<size_t>(group * d));
     std::vector<float> row(static_cast<size_t>(d)), denom(static_cast<size_t>(group));

@@ -15,6 +15,10 @@
 
 namespace serve8::cpu {
 
+// Ops touching fewer elements than this run on one thread: a parallel region costs more than
+// such an op (a tiny model's decode step is nothing but these), far more on a busy machine.
+inline constexpr int64_t kParallelMinElements = int64_t{1} << 15;
+
 // Distinct types for the 16- and 8-bit formats, so that a template over the element type can tell
 // bf16 from fp16 and E5M2 from E4M3.
 struct Bf16 {

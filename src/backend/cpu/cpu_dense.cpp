@@ -72,7 +72,7 @@ void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor&
       for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
         const int64_t nb = std::min(rows_per_block, n - n0);
         const T* src = w.ptr<const T>() + n0 * k;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (nb * k >= kParallelMinElements)
         for (int64_t i = 0; i < nb * k; ++i) wbuf[static_cast<size_t>(i)] = to_f32(src[i]);
         sgemm_nt(m, nb, k, x, wbuf.data(), out + n0, n);
       }
@@ -96,7 +96,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
     SERVE8_CHECK(id[t] >= 0 && id[t] < vocab, "{}: token id {} at row {} is outside the vocabulary [0, {})", op, id[t],
                  t, vocab);
   }
-#pragma omp parallel
+#pragma omp parallel if (t_count * h >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(h));
 #pragma omp for schedule(static)
@@ -111,7 +111,7 @@ void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
   check_rmsnorm_args(x, weight, out, "rmsnorm");
   const int64_t t_count = x.dim(0), h = x.dim(1);
   const std::vector<float> w = to_f32_vector(weight);
-#pragma omp parallel
+#pragma omp parallel if (t_count * h >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(h)), res(static_cast<size_t>(h));
 #pragma omp for schedule(static)
@@ -130,7 +130,7 @@ void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float e
   check_shape(residual, {x.dim(0), x.dim(1)}, op, "residual");
   const int64_t t_count = x.dim(0), h = x.dim(1);
   const std::vector<float> w = to_f32_vector(weight);
-#pragma omp parallel
+#pragma omp parallel if (t_count * h >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(h)), sum(static_cast<size_t>(h)), res(static_cast<size_t>(h));
 #pragma omp for schedule(static)
@@ -173,7 +173,7 @@ void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   const float* xf = x.ptr<const float>();
   if (x.dtype != DType::kF32) {
     xbuf.resize(static_cast<size_t>(m * k));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMinElements)
     for (int64_t i = 0; i < m; ++i) load_f32(x, i * k, k, xbuf.data() + i * k);
     xf = xbuf.data();
   }
@@ -188,7 +188,7 @@ void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
 
   std::vector<float> b;
   if (bias) b = to_f32_vector(*bias);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * n >= kParallelMinElements)
   for (int64_t i = 0; i < m; ++i) {
     float* row = of + i * n;
     if (!b.empty()) {
@@ -218,7 +218,7 @@ void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
   // The angle is float(pos) * inv_freq in fp32 and cosf/sinf of it, as llama2.c's run.c and the
   // CUDA kernel compute it, so the rotations agree to the last bit where the libm agrees.
   std::vector<float> cs(static_cast<size_t>(t_count * d));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (t_count * q.dim(1) * q.dim(2) >= kParallelMinElements)
   for (int64_t t = 0; t < t_count; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(pos[t]) * freq[i];
@@ -228,7 +228,7 @@ void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
   }
   for (Tensor* x : {&q, &k}) {
     const int64_t heads = x->dim(1);
-#pragma omp parallel
+#pragma omp parallel if (x->numel() >= kParallelMinElements)
     {
       std::vector<float> row(static_cast<size_t>(d));
 #pragma omp for schedule(static)
@@ -256,7 +256,7 @@ void silu_mul(const Tensor& gate_up, Tensor out) {
                gate_up.shape_str());
   const int64_t t_count = gate_up.dim(0), inter = gate_up.dim(1) / 2;
   check_shape(out, {t_count, inter}, op, "out");
-#pragma omp parallel
+#pragma omp parallel if (t_count * inter >= kParallelMinElements)
   {
     std::vector<float> row(static_cast<size_t>(2 * inter)), res(static_cast<size_t>(inter));
 #pragma omp for schedule(static)

@@ -21,7 +21,7 @@ void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
   const int64_t r = x.dim(0), k = x.dim(1);
   check_shape(q, {r, k}, op, "q");
   check_shape(scale, {r}, op, "scale");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (r * k >= kParallelMinElements)
   for (int64_t i = 0; i < r; ++i) {
     std::vector<float> row(static_cast<size_t>(k));
     load_f32(x, i * k, k, row.data());
@@ -63,7 +63,7 @@ void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const T
 
   std::vector<float> xf(static_cast<size_t>(m * k)), acc(static_cast<size_t>(m * n));
   const uint8_t* codes = xq.ptr<const uint8_t>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMinElements)
   for (int64_t i = 0; i < m * k; ++i) xf[static_cast<size_t>(i)] = kE4M3Table[codes[i]];
   gemm_f32_out(m, n, k, xf.data(), wq, acc.data());
   std::vector<float> b;
@@ -73,7 +73,7 @@ void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const T
   }
   const float* xs = x_scale.ptr<const float>();
   const float* ws = w_scale.ptr<const float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (m * n >= kParallelMinElements)
   for (int64_t i = 0; i < m; ++i) {
     float* row = acc.data() + i * n;
     for (int64_t j = 0; j < n; ++j) row[j] = row[j] * xs[i] * ws[j] + (b.empty() ? 0.0f : b[static_cast<size_t>(j)]);

@@ -121,7 +121,7 @@ void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t*
                  "{}: row {} has temperature {}, top_p {}, min_p {}", op, i, r.temperature, r.top_p, r.min_p);
   }
   const float* base = logits.ptr<const float>();
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (b_count * vocab >= kParallelMinElements)
   for (int64_t b = 0; b < b_count; ++b) {
     out_ids[b] = sample_row(base + b * vocab, vocab, rows[static_cast<size_t>(b)]);
   }

@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_check.h"
 
+#include "backend/cuda/cublaslt_api.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -9,8 +10,8 @@ void cuda_fail(const char* call, cudaError_t err, const char* file, int line) {
 }
 
 void cublas_fail(const char* call, cublasStatus_t st, const char* file, int line) {
-  fail("cuBLASLt error at {}:{}: {} failed: {} ({})", file, line, call, cublasLtGetStatusString(st),
-       cublasLtGetStatusName(st));
+  fail("cuBLASLt error at {}:{}: {} failed: {} ({})", file, line, call, cublaslt().GetStatusString(st),
+       cublaslt().GetStatusName(st));
 }
 
 }  // namespace serve8

@@ -1,5 +1,6 @@
 #include "backend/cuda/gemm.h"
 
+#include "backend/cuda/cublaslt_api.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -35,7 +36,7 @@ const char* type_name(cudaDataType_t t) {
 }  // namespace
 
 CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
-  SERVE8_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  SERVE8_CUBLAS_CHECK(cublaslt().Create(&handle_));
   SERVE8_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
 }
@@ -43,14 +44,14 @@ CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
 CublasLtGemm::~CublasLtGemm() {
   for (auto& [key, plan] : plans_) destroy(plan);
   if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().Destroy(handle_);
 }
 
 void CublasLtGemm::destroy(Plan& plan) {
-  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-  if (plan.d) cublasLtMatrixLayoutDestroy(plan.d);
-  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  if (plan.a) cublaslt().MatrixLayoutDestroy(plan.a);
+  if (plan.b) cublaslt().MatrixLayoutDestroy(plan.b);
+  if (plan.d) cublaslt().MatrixLayoutDestroy(plan.d);
+  if (plan.desc) cublaslt().MatmulDescDestroy(plan.desc);
   plan = Plan{};
 }
 
@@ -59,34 +60,34 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bo
   // fp32 accumulation. With fp32 x and w (--dtype float32) the products are fp32 too: plain
   // CUBLAS_COMPUTE_32F is IEEE fp32, never TF32 (that would take CUBLAS_COMPUTE_32F_FAST_TF32, and
   // cuBLASLt has no handle-wide math mode that could turn it on), so fp32 results match the CPU's.
-  SERVE8_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   SERVE8_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+      cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   SERVE8_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+      cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
   if (with_bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     const int32_t bias_type = args.bias_type;
     SERVE8_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+        cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
   if (scale_vectors) {
     // A is w: its vector runs over cuBLASLt's M, our N; B is x: over cuBLASLt's N, our M.
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
   }
-  SERVE8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, args.in_type, args.k, args.n, args.k));
-  SERVE8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, args.in_type, args.k, args.m, args.k));
-  SERVE8_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, args.out_type, args.n, args.m, args.n));
+  SERVE8_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.a, args.in_type, args.k, args.n, args.k));
+  SERVE8_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.b, args.in_type, args.k, args.m, args.k));
+  SERVE8_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.d, args.out_type, args.n, args.m, args.n));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  SERVE8_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  SERVE8_CUBLAS_CHECK(cublaslt().MatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
   SERVE8_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      cublaslt().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   // A is w, B is x, C and D are out; cuBLASLt otherwise assumes 256-byte aligned pointers.
   const uint32_t aligns[4] = {static_cast<uint32_t>(align_w), static_cast<uint32_t>(align_x),
                               static_cast<uint32_t>(align_out), static_cast<uint32_t>(align_out)};
@@ -94,13 +95,13 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bo
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; ++i)
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(uint32_t)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(uint32_t)));
   (void)align_bias;  // the bias vector has no alignment preference; cudaMalloc'd weights are aligned
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+      cublaslt().MatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
+  cublaslt().MatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     destroy(plan);
     return false;
@@ -147,16 +148,16 @@ void CublasLtGemm::run(const GemmArgs& args) {
   Plan& plan = plan_for(args, key, align_x, align_w, align_out, align_bias);
   if (plan.bias_epilogue) {
     SERVE8_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
+        cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
   }
   if (plan.scale_vectors) {
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &args.w_scale,
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &args.w_scale,
                                                        sizeof(args.w_scale)));
-    SERVE8_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &args.x_scale,
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &args.x_scale,
                                                        sizeof(args.x_scale)));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  SERVE8_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, args.w, plan.a, args.x, plan.b, &beta, args.out,
+  SERVE8_CUBLAS_CHECK(cublaslt().Matmul(handle_, plan.desc, &alpha, args.w, plan.a, args.x, plan.b, &beta, args.out,
                                      plan.d, args.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_));
   if (args.in_type == CUDA_R_8F_E4M3 && !plan.scale_vectors) {
     Fp8ScaleParams p;
