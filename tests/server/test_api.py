@@ -297,29 +297,33 @@ def test_cors_preflight_and_header(text_server):
 
 def test_n_choices_per_prompt(client, text_server):
     """n choices per prompt, in OpenAI's order (prompt i, choice j at index i * n + j); greedy
-    choices are equal, seeded ones reproducible; the prompt counts once in usage."""
+    choices are equal, seeded ones reproducible (where the backend is batch invariant: the choices
+    run as separate requests, batched as they come); the prompt counts once in usage."""
+    exact = text_server.batch_invariant()
     one = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=8, temperature=0)
     three = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=8, temperature=0, n=3)
     assert [c.index for c in three.choices] == [0, 1, 2]
-    assert {c.text for c in three.choices} == {one.choices[0].text}
+    if exact:
+        assert {c.text for c in three.choices} == {one.choices[0].text}
     assert three.usage.prompt_tokens == one.usage.prompt_tokens
     assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
     batch = client.completions.create(model="tiny", prompt=["Once upon a time", "The cat"], max_tokens=4,
                                       temperature=0, n=2)
     texts = [c.text for c in sorted(batch.choices, key=lambda c: c.index)]
-    assert len(texts) == 4 and texts[0] == texts[1] and texts[2] == texts[3]
+    assert len(texts) == 4 and (not exact or (texts[0] == texts[1] and texts[2] == texts[3]))
     kw = dict(model="tiny", messages=[{"role": "user", "content": "Tell me a story"}], max_tokens=12,
               temperature=1.0, seed=7, n=4)
     a = client.chat.completions.create(**kw)
     b = client.chat.completions.create(**kw)
-    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
+    if exact:
+        assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
     assert len({c.message.content for c in a.choices}) > 1, "the seeded choices should differ"
     stream = client.chat.completions.create(**kw, stream=True)
     streamed = ["", "", "", ""]
     for chunk in stream:
         for c in chunk.choices:
             streamed[c.index] += c.delta.content or ""
-    assert streamed == [c.message.content for c in a.choices]
+    assert all(streamed) and (not exact or streamed == [c.message.content for c in a.choices])
 
 
 def test_completions_echo(client, text_server):
