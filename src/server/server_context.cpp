@@ -33,6 +33,20 @@ void ServerContext::check_prompt_bytes(size_t bytes, const std::string& param) c
 
 std::vector<int32_t> ServerContext::encode_prompt(const std::string& text, const std::string& param) const {
   check_prompt_bytes(text.size(), param);
+  // A long text is tokenized in part first: when its first 4 x context-length bytes already make
+  // more tokens than the context holds (a margin for the cut), the rest is never tokenized.
+  constexpr size_t kCutMargin = 16;
+  const size_t probe = 4 * static_cast<size_t>(context_length());
+  if (text.size() > probe) {
+    size_t cut = probe;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a UTF-8 boundary
+    const size_t n = tokenizer()->encode(std::string_view(text).substr(0, cut), true).size();
+    if (n > static_cast<size_t>(context_length()) + kCutMargin)
+      throw_invalid(param,
+                    "The prompt has more than {} tokens in its first {} bytes alone: more than this model's maximum "
+                    "context length of {} tokens",
+                    n - kCutMargin, cut, context_length());
+  }
   return tokenizer()->encode(text, true);
 }
 

@@ -232,3 +232,13 @@ def test_a_ten_megabyte_prompt_is_refused_before_tokenizing(start_server):
     assert r.json()["error"]["param"] == "text"
     assert time.time() - t0 < 3
     assert requests.get(srv.url + "/health", timeout=10).status_code == 200
+
+
+def test_a_long_prompt_is_refused_after_tokenizing_a_part(server):
+    """A text within the byte bound but far past the context: refused from its first part."""
+    ctx = server.get("/get_model_info").json()["context_length"]
+    r = requests.post(server.url + "/v1/completions", timeout=60,
+                      json={"prompt": "x " * (5 * ctx), "max_tokens": 1})  # a token per 2 bytes
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "prompt" and "first" in err["message"], err
