@@ -139,6 +139,16 @@ struct SamplingRow {
   uint64_t step = 0;
 };
 
+// One change to one logit before sampling (penalties, logit bias, min_new_tokens):
+// logits[row][token] = (x > 0 ? x * mul_pos : x * mul_neg) + add. A (row, token) appears once.
+struct LogitEdit {
+  int32_t row = 0;
+  int32_t token = 0;
+  float mul_pos = 1.0f;
+  float mul_neg = 1.0f;
+  float add = 0.0f;
+};
+
 // The uniform draw in [0, 1) used by every sampler for (seed, step): counter-based, shared by host
 // and device code so the CPU and CUDA samplers pick the same token from the same distribution.
 SERVE8_HD float sampling_uniform(uint64_t seed, uint64_t step) {
@@ -238,6 +248,8 @@ class Backend {
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) = 0;
   // Picks one token per row of logits [B, V] (fp32); writes B ids to out_ids (host memory).
   virtual void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) = 0;
+  // Applies `edits` (LogitEdit) to logits [B, V] fp32 in place, before sample().
+  virtual void edit_logits(Tensor logits, std::span<const LogitEdit> edits) = 0;
 
   // ---- step graphs and profiling (optional) ----
   // Records the ops `body` issues, without running them, into a graph; nullptr where the backend

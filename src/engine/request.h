@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -55,6 +56,10 @@ struct Request {
   std::string matched_stop;
   std::unique_ptr<IncrementalDetokenizer> stop_detok;  // only when stop strings are set
   std::string stop_text;                               // text so far, for stop strings
+  // Penalized requests only (params.adjusts_logits()): occurrences of each generated token, and
+  // the prompt's distinct tokens (repetition_penalty), kept as tokens are sampled.
+  std::unordered_map<int32_t, int32_t> output_counts;
+  std::vector<int32_t> prompt_tokens;
 
   int total_len() const { return static_cast<int>(input_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

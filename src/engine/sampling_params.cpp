@@ -18,6 +18,20 @@ std::string SamplingParams::validate(int vocab_size) const {
       return fmt::format("stop_token_ids: {} is outside the vocabulary [0, {})", id, vocab_size);
   for (const auto& s : stop)
     if (s.empty()) return "stop strings must not be empty";
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    return fmt::format("presence_penalty must be in [-2, 2], got {}", presence_penalty);
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    return fmt::format("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 2.0f))
+    return fmt::format("repetition_penalty must be in (0, 2], got {}", repetition_penalty);
+  if (min_new_tokens < 0 || min_new_tokens > max_new_tokens)
+    return fmt::format("min_new_tokens must be in [0, max_new_tokens = {}], got {}", max_new_tokens, min_new_tokens);
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size)
+      return fmt::format("logit_bias: token {} is outside the vocabulary [0, {})", id, vocab_size);
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return fmt::format("logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias);
+  }
   return "";
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace serve8 {
@@ -20,6 +21,21 @@ struct SamplingParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   std::optional<uint64_t> seed;
+  // Penalties as OpenAI and vLLM define them: presence subtracts once from every token already
+  // generated, frequency once per occurrence; repetition divides the positive logits (and
+  // multiplies the negative ones) of every prompt and generated token. min_new_tokens holds EOS
+  // and the stop tokens back until that many were generated. logit_bias adds to a token's logit.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int min_new_tokens = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+
+  // Whether any of the five above changes the logits.
+  bool adjusts_logits() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
+           min_new_tokens > 0 || !logit_bias.empty();
+  }
 
   // Returns an empty string when valid, else what is wrong ("temperature must be >= 0, got -1").
   std::string validate(int vocab_size) const;

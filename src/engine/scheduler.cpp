@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/logit_edits.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -281,6 +282,10 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     params[i] = SamplingRow{r.params.temperature, r.params.top_p, r.params.top_k,
                             r.params.min_p,       r.seed,         static_cast<uint64_t>(r.output_ids.size())};
   }
+  edits_.clear();
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].samples) append_logit_edits(*rows[i].req, static_cast<int32_t>(i), eos_ids_, edits_);
+  if (!edits_.empty()) model_.backend().edit_logits(logits, edits_);
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());
   // Sampling returns the ids to the host, so this is when the device finished the step's work.
@@ -292,6 +297,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     if (!rows[i].samples) continue;
     const int32_t token = sampled_[i];
     r.output_ids.push_back(token);
+    note_sampled(r, token);
     counters_.generation_tokens++;
     if (check_stop(r, token)) {
       done.push_back(&r);

@@ -1,6 +1,8 @@
 #include "server/json_params.h"
 
+#include <charconv>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -151,6 +153,41 @@ std::vector<int32_t> read_token_ids(const Json& value, const std::string& param)
   return ids;
 }
 
+namespace {
+
+// {"token id": bias, ...}, as OpenAI sends it (keys are strings of ids).
+std::vector<std::pair<int32_t, float>> read_logit_bias(const Json& value, const std::string& param) {
+  std::vector<std::pair<int32_t, float>> out;
+  if (value.is_null()) return out;
+  if (!value.is_object())
+    throw_invalid(param, "'{}' must map token ids to biases, got {}", param, type_name(value));
+  for (auto it = value.begin(); it != value.end(); ++it) {
+    int64_t id = 0;
+    const std::string& key = it.key();
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size())
+      throw_invalid(param, "'{}' keys must be token ids, got '{}'", param, key);
+    if (!it->is_number()) throw_invalid(param, "'{}' values must be numbers, got {}", param, type_name(*it));
+    out.emplace_back(to_int32(id, param), it->get<float>());
+  }
+  return out;
+}
+
+// The penalties, min_new_tokens (under `min_key`) and logit_bias of an object: SGLang's
+// sampling_params or an OpenAI body. `path` names a key for errors.
+void read_penalties(const Json& obj, const char* min_key, const std::function<std::string(const char*)>& path,
+                    SamplingParams& p) {
+  if (auto v = read_number(obj, "frequency_penalty", path("frequency_penalty")))
+    p.frequency_penalty = static_cast<float>(*v);
+  if (auto v = read_number(obj, "presence_penalty", path("presence_penalty"))) p.presence_penalty = static_cast<float>(*v);
+  if (auto v = read_number(obj, "repetition_penalty", path("repetition_penalty")))
+    p.repetition_penalty = static_cast<float>(*v);
+  if (auto v = read_integer(obj, min_key, path(min_key))) p.min_new_tokens = to_int32(*v, path(min_key));
+  if (const Json* v = field(obj, "logit_bias")) p.logit_bias = read_logit_bias(*v, path("logit_bias"));
+}
+
+}  // namespace
+
 void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& p,
                                   bool& max_new_tokens_given) {
   if (sp.is_null()) return;
@@ -201,15 +238,11 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
   if (auto v = read_bool(sp, "skip_special_tokens", path("skip_special_tokens"))) p.skip_special_tokens = *v;
   for (const char* key : {"seed", "sampling_seed"})
     if (auto v = read_integer(sp, key, path(key))) p.seed = static_cast<uint64_t>(*v);
-  check_neutral(sp, "frequency_penalty", 0.0, path("frequency_penalty"));
-  check_neutral(sp, "presence_penalty", 0.0, path("presence_penalty"));
-  check_neutral(sp, "repetition_penalty", 1.0, path("repetition_penalty"));
-  check_neutral(sp, "min_new_tokens", 0.0, path("min_new_tokens"));
+  read_penalties(sp, "min_new_tokens", [&](const char* key) { return path(key); }, p);
   check_neutral(sp, "n", 1.0, path("n"));
   if (auto v = read_bool(sp, "no_stop_trim", path("no_stop_trim")); v && *v)
     throw_invalid(path("no_stop_trim"), "'no_stop_trim' is not supported by serve8");
-  for (const char* key : {"regex", "json_schema", "ebnf", "structural_tag", "logit_bias"})
-    check_absent(sp, key, path(key));
+  for (const char* key : {"regex", "json_schema", "ebnf", "structural_tag"}) check_absent(sp, key, path(key));
 }
 
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p, bool& max_tokens_given) {
@@ -238,11 +271,9 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
     throw_invalid("best_of", "Only best_of = 1 is supported, got {}", *n);
   check_absent(body, "logprobs", "logprobs");
   check_absent(body, "top_logprobs", "top_logprobs");
-  check_absent(body, "logit_bias", "logit_bias");
   check_absent(body, "tools", "tools");
-  check_neutral(body, "frequency_penalty", 0.0, "frequency_penalty");
-  check_neutral(body, "presence_penalty", 0.0, "presence_penalty");
-  check_neutral(body, "repetition_penalty", 1.0, "repetition_penalty");
+  // min_tokens is vLLM's name for it in OpenAI bodies; repetition_penalty an extension of both.
+  read_penalties(body, "min_tokens", [](const char* key) { return std::string(key); }, p);
   // Completions echo the prompt (without log probabilities yet); chat has no echo in OpenAI's API.
   if (auto v = read_bool(body, "echo", "echo"); v && *v && (chat || field(body, "logprobs") != nullptr))
     throw_invalid("echo", "'echo' is {}", chat ? "a completions parameter" : "not supported with 'logprobs'");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -103,6 +104,26 @@ TEST_F(CudaBackendTest, SamplingIsAPureFunctionOfSeedAndStep) {
   Buffer d(*gpu_, static_cast<size_t>(v) * 4);
   int32_t id = 0;
   EXPECT_THROW(gpu_->sample(d.view(DType::kF32, {1, v}), bad, &id), Error);
+}
+
+// Penalties and biases (edit_logits) give the CPU's bytes: multiply, then add, both rounded.
+TEST_F(CudaBackendTest, LogitEditsMatchCpu) {
+  const int64_t b = 3, v = 5000;
+  std::vector<float> logits = rng_.normals(static_cast<size_t>(b * v), 4.0f);
+  std::vector<LogitEdit> edits;
+  for (int32_t r = 0; r < b; ++r)
+    for (int32_t t = r; t < v; t += 7)
+      edits.push_back({r, t, 1.0f / 1.3f, 1.3f, t % 3 == 0 ? -0.7f * static_cast<float>(t % 5) : 2.5f});
+  edits.push_back({1, 4, 1.0f, 1.0f, -INFINITY});
+  std::vector<float> ref = logits;
+  cpu_->edit_logits(test::view_of(ref, {b, v}), edits);
+  Buffer d(*gpu_, logits.size() * 4);
+  gpu_->copy_to_device(d.data(), logits.data(), logits.size() * 4);
+  gpu_->edit_logits(d.view(DType::kF32, {b, v}), edits);
+  std::vector<float> got(logits.size());
+  gpu_->copy_to_host(got.data(), d.data(), got.size() * 4);
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4));
+  EXPECT_TRUE(std::isinf(got[static_cast<size_t>(v + 4)]));
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ class HostMemoryBackend : public Backend {
   void silu_mul(const Tensor&, Tensor, const Fp8Rows*) override { unsupported(); }
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void sample(const Tensor&, const std::vector<SamplingRow>&, int32_t*) override { unsupported(); }
+  void edit_logits(Tensor, std::span<const LogitEdit>) override { unsupported(); }
 
   int live_allocations = 0;
   size_t bytes_copied = 0;

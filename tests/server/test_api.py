@@ -342,3 +342,21 @@ def test_completions_echo(client, text_server):
     r = text_server.post("/v1/chat/completions", {"model": "tiny", "echo": True,
                                                   "messages": [{"role": "user", "content": "x"}]})
     assert r.status_code == 400 and r.json()["error"]["param"] == "echo"
+
+
+def test_penalties_and_logit_bias(client, text_server):
+    """OpenAI's logit_bias forces a token; penalties and min_tokens are accepted on both APIs and
+    SGLang's sampling_params (their effect is tested in tests/engine/penalties_test.cpp)."""
+    forced = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, temperature=0,
+                                       logit_bias={"450": 100})
+    expected = text_server.post("/detokenize", {"tokens": [450] * 4}).json()["text"]
+    assert forced.choices[0].text.strip() == expected.strip()  # a decode alone drops the leading space
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                          temperature=0, presence_penalty=1.5, frequency_penalty=0.5,
+                                          extra_body={"repetition_penalty": 1.2, "min_tokens": 3})
+    assert chat.choices[0].finish_reason in ("length", "stop")
+    r = text_server.post("/generate", {"text": "hi", "sampling_params": {
+        "max_new_tokens": 4, "temperature": 0, "presence_penalty": 1.0, "frequency_penalty": 1.0,
+        "repetition_penalty": 1.3, "min_new_tokens": 4, "logit_bias": {"450": 5}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta_info"]["completion_tokens"] == 4

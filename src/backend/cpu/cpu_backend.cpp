@@ -247,6 +247,7 @@ class CpuBackend final : public Backend {
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override {
     cpu::sample(logits, rows, out_ids);
   }
+  void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override { cpu::edit_logits(logits, edits); }
 
  private:
   std::vector<int32_t> last_token_rows_, out_slots_, kv_indices_;

@@ -25,5 +25,6 @@ void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const 
 void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out);
 
 void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids);
+void edit_logits(Tensor logits, std::span<const LogitEdit> edits);
 
 }  // namespace serve8::cpu

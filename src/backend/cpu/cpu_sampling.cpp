@@ -127,4 +127,17 @@ void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t*
   }
 }
 
+void edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
+  constexpr std::string_view op = "edit_logits";
+  check_dtype(logits, DType::kF32, op, "logits");
+  SERVE8_CHECK(logits.ndim == 2, "{}: logits has shape {}, expected [B, V]", op, logits.shape_str());
+  float* base = logits.ptr<float>();
+  for (const LogitEdit& e : edits) {
+    SERVE8_CHECK(e.row >= 0 && e.row < logits.dim(0) && e.token >= 0 && e.token < logits.dim(1),
+                 "{}: ({}, {}) is outside logits {}", op, e.row, e.token, logits.shape_str());
+    float& x = base[e.row * logits.dim(1) + e.token];
+    x = (x > 0.0f ? x * e.mul_pos : x * e.mul_neg) + e.add;
+  }
+}
+
 }  // namespace serve8::cpu

@@ -403,4 +403,14 @@ void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& r
   sampler_->sample(logits.ptr<const float>(), b, vocab, rows, out_ids);
 }
 
+void CudaBackend::edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
+  const OpScope profile(profiler_, "sample");
+  check_dtype(logits, DType::kF32, "edit_logits", "logits");
+  SERVE8_CHECK(logits.ndim == 2, "edit_logits: logits has shape {}, expected [B, V]", logits.shape_str());
+  for (const LogitEdit& e : edits)
+    SERVE8_CHECK(e.row >= 0 && e.row < logits.dim(0) && e.token >= 0 && e.token < logits.dim(1),
+                 "edit_logits: ({}, {}) is outside logits {}", e.row, e.token, logits.shape_str());
+  sampler_->edit(logits.ptr<float>(), logits.dim(1), edits);
+}
+
 }  // namespace serve8

@@ -78,6 +78,7 @@ class CudaBackend final : public Backend {
   void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
+  void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override;
 
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
   void set_op_profiling(bool on) override;

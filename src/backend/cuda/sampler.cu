@@ -183,7 +183,22 @@ size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
+namespace {
+
+// One thread per edit; a (row, token) appears once, so edits never race. Rounded multiply, then
+// add (no fused multiply-add), as the CPU backend computes it.
+__global__ void edit_logits_kernel(float* logits, int64_t vocab, const LogitEdit* edits, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const LogitEdit e = edits[i];
+  float* x = logits + e.row * vocab + e.token;
+  *x = __fadd_rn(__fmul_rn(*x, *x > 0.0f ? e.mul_pos : e.mul_neg), e.add);
+}
+
+}  // namespace
+
 CudaSampler::~CudaSampler() {
+  if (edits_) cudaFree(edits_);
   if (rows_) cudaFree(rows_);
   if (sort_) cudaFree(sort_);
   if (temp_) cudaFree(temp_);
@@ -200,6 +215,15 @@ void CudaSampler::reserve(void*& ptr, size_t& have, size_t want) {
   }
   SERVE8_CUDA_CHECK(cudaMalloc(&ptr, want));
   have = want;
+}
+
+void CudaSampler::edit(float* logits, int64_t vocab, std::span<const LogitEdit> edits) {
+  if (edits.empty()) return;
+  reserve(edits_, edits_bytes_, edits.size_bytes());
+  SERVE8_CUDA_CHECK(cudaMemcpyAsync(edits_, edits.data(), edits.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  const int n = static_cast<int>(edits.size());
+  edit_logits_kernel<<<(n + 255) / 256, 256, 0, stream_>>>(logits, vocab, static_cast<const LogitEdit*>(edits_), n);
+  SERVE8_CUDA_CHECK_LAUNCH("edit_logits_kernel");
 }
 
 void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, const std::vector<SamplingRow>& rows,

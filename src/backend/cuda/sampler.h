@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -62,6 +63,8 @@ class CudaSampler {
 
   void sample(const float* logits, int64_t num_rows, int64_t vocab, const std::vector<SamplingRow>& rows,
               int32_t* out_ids);
+  // Backend::edit_logits on logits [*, vocab] (checked by the caller).
+  void edit(float* logits, int64_t vocab, std::span<const LogitEdit> edits);
 
  private:
   void reserve(void*& ptr, size_t& have, size_t want);
@@ -73,6 +76,8 @@ class CudaSampler {
   size_t sort_bytes_ = 0;
   void* temp_ = nullptr;  // cub's temporary storage
   size_t temp_bytes_ = 0;
+  void* edits_ = nullptr;  // LogitEdit
+  size_t edits_bytes_ = 0;
   int32_t* host_out_ = nullptr;  // pinned
   size_t host_out_count_ = 0;
 };
