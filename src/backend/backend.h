@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -149,6 +150,15 @@ struct LogitEdit {
   float add = 0.0f;
 };
 
+// One row's log probabilities at temperature 1 (the log-softmax of its logits, NaN logits left
+// out): the chosen token's, and the top_n most likely tokens (id, logprob), most likely first,
+// the lower id first on ties.
+struct RowLogprobs {
+  float chosen = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n);
+
 // The uniform draw in [0, 1) used by every sampler for (seed, step): counter-based, shared by host
 // and device code so the CPU and CUDA samplers pick the same token from the same distribution.
 SERVE8_HD float sampling_uniform(uint64_t seed, uint64_t step) {
@@ -250,6 +260,9 @@ class Backend {
   virtual void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) = 0;
   // Applies `edits` (LogitEdit) to logits [B, V] fp32 in place, before sample().
   virtual void edit_logits(Tensor logits, std::span<const LogitEdit> edits) = 0;
+  // RowLogprobs of rows[i] of logits [B, V] fp32 for token chosen[i] (the logits sample() saw).
+  virtual std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
+                                            std::span<const int32_t> chosen, int top_n) = 0;
 
   // ---- step graphs and profiling (optional) ----
   // Records the ops `body` issues, without running them, into a graph; nullptr where the backend

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "backend/backend.h"
@@ -90,6 +91,30 @@ void check_kv_cache_args(const KvCacheConfig& c, const KvScales& s) {
                  "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
                  i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
   }
+}
+
+RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) mx = std::max(mx, logits[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i])) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double log_z = static_cast<double>(mx) + std::log(sum);
+  const auto lp = [&](int64_t i) {
+    return std::isnan(logits[i]) ? -INFINITY : static_cast<float>(static_cast<double>(logits[i]) - log_z);
+  };
+  RowLogprobs r;
+  r.chosen = chosen >= 0 && chosen < vocab ? lp(chosen) : -INFINITY;
+  const int n = static_cast<int>(std::min<int64_t>(std::max(top_n, 0), vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  const auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return key(a) > key(b) || (key(a) == key(b) && a < b);
+  });
+  for (int i = 0; i < n; ++i) r.top.emplace_back(ids[static_cast<size_t>(i)], lp(ids[static_cast<size_t>(i)]));
+  return r;
 }
 
 }  // namespace serve8

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/backend.h"
 #include "engine/sampling_params.h"
 #include "kv/radix_cache.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -29,6 +30,7 @@ struct OutputEvent {
   int completion_tokens = 0;
   int cached_tokens = 0;
   std::string error;  // set when the request was rejected (reason kAbort)
+  std::vector<RowLogprobs> logprobs;  // one per new id when the request asked (params.logprobs >= 0)
 };
 
 using OutputSink = std::function<void(const OutputEvent&)>;

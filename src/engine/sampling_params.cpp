@@ -32,6 +32,8 @@ std::string SamplingParams::validate(int vocab_size) const {
     if (!(bias >= -100.0f && bias <= 100.0f))
       return fmt::format("logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias);
   }
+  if (logprobs > kMaxTopLogprobs)
+    return fmt::format("at most {} top log probabilities per token, got {}", kMaxTopLogprobs, logprobs);
   return "";
 }
 

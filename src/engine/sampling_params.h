@@ -10,6 +10,8 @@
 
 namespace serve8 {
 
+constexpr int kMaxTopLogprobs = 20;  // OpenAI's top_logprobs bound
+
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;
@@ -30,6 +32,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   int min_new_tokens = 0;
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // < 0: none; else each generated token's log probability and the `logprobs` (<= 20) most
+  // likely tokens of its step.
+  int logprobs = -1;
 
   // Whether any of the five above changes the logits.
   bool adjusts_logits() const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -288,9 +289,27 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
   if (!edits_.empty()) model_.backend().edit_logits(logits, edits_);
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());
+  // Log probabilities of the tokens just drawn, from the same logits, for the rows that asked.
+  std::vector<int32_t> lp_rows, lp_ids;
+  int top_n = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].samples || rows[i].req->params.logprobs < 0) continue;
+    lp_rows.push_back(static_cast<int32_t>(i));
+    lp_ids.push_back(sampled_[i]);
+    top_n = std::max(top_n, rows[i].req->params.logprobs);
+  }
+  std::vector<std::optional<RowLogprobs>> lps(rows.size());
+  if (!lp_rows.empty()) {
+    std::vector<RowLogprobs> got = model_.backend().logprobs(logits, lp_rows, lp_ids, top_n);
+    for (size_t j = 0; j < lp_rows.size(); ++j) {
+      RowLogprobs& lp = got[j];
+      lp.top.resize(std::min(lp.top.size(), static_cast<size_t>(rows[lp_rows[j]].req->params.logprobs)));
+      lps[static_cast<size_t>(lp_rows[j])] = std::move(lp);
+    }
+  }
   // Sampling returns the ids to the host, so this is when the device finished the step's work.
   last_device_seconds_ = std::chrono::duration<double>(Clock::now() - forward_start_).count();
-  std::vector<Request*> done;
+  std::vector<std::pair<Request*, size_t>> done;
   for (size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i].req;
     r.num_computed += rows[i].q_len;
@@ -300,15 +319,15 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     note_sampled(r, token);
     counters_.generation_tokens++;
     if (check_stop(r, token)) {
-      done.push_back(&r);
+      done.emplace_back(&r, i);
     } else {
-      emit(r, {token});
+      emit(r, {token}, lps[i] ? &*lps[i] : nullptr);
     }
   }
-  for (Request* r : done) {
+  for (auto [r, i] : done) {
     release(*r, true);
     counters_.num_finished++;
-    emit(*r, {r->output_ids.back()});
+    emit(*r, {r->output_ids.back()}, lps[i] ? &*lps[i] : nullptr);
     auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == r; });
     running_.erase(it);
   }
@@ -345,10 +364,11 @@ bool Scheduler::check_stop(Request& r, int32_t token) {
   return false;
 }
 
-void Scheduler::emit(Request& r, std::vector<int32_t> new_ids) {
+void Scheduler::emit(Request& r, std::vector<int32_t> new_ids, const RowLogprobs* logprobs) {
   if (!r.sink) return;
   OutputEvent ev;
   ev.new_ids = std::move(new_ids);
+  if (logprobs) ev.logprobs.push_back(*logprobs);
   ev.finished = r.finish != FinishReason::kNone;
   ev.reason = r.finish;
   ev.matched_stop = r.matched_stop;

@@ -109,7 +109,7 @@ class Scheduler {
   void release(Request& r, bool keep_in_cache);
   void finish(Request& r, FinishReason reason);
   bool check_stop(Request& r, int32_t token);
-  void emit(Request& r, std::vector<int32_t> new_ids);
+  void emit(Request& r, std::vector<int32_t> new_ids, const RowLogprobs* logprobs = nullptr);
 
   SchedulerConfig config_;
   LlamaModel& model_;

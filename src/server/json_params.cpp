@@ -269,8 +269,21 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   if (auto v = read_bool(body, "skip_special_tokens", "skip_special_tokens")) p.skip_special_tokens = *v;
   if (auto n = read_integer(body, "best_of", "best_of"); n && *n != 1)
     throw_invalid("best_of", "Only best_of = 1 is supported, got {}", *n);
-  check_absent(body, "logprobs", "logprobs");
-  check_absent(body, "top_logprobs", "top_logprobs");
+  if (chat) {
+    const bool want = read_bool(body, "logprobs", "logprobs").value_or(false);
+    const std::optional<int64_t> top = read_integer(body, "top_logprobs", "top_logprobs");
+    if (top && !want) throw_invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (top && (*top < 0 || *top > kMaxTopLogprobs))
+      throw_invalid("top_logprobs", "'top_logprobs' must be between 0 and {}, got {}", kMaxTopLogprobs, *top);
+    if (want) p.logprobs = static_cast<int>(top.value_or(0));
+  } else {
+    if (const std::optional<int64_t> n = read_integer(body, "logprobs", "logprobs")) {
+      if (*n < 0 || *n > kMaxTopLogprobs)
+        throw_invalid("logprobs", "'logprobs' must be between 0 and {}, got {}", kMaxTopLogprobs, *n);
+      p.logprobs = static_cast<int>(*n);
+    }
+    check_absent(body, "top_logprobs", "top_logprobs");
+  }
   check_absent(body, "tools", "tools");
   // min_tokens is vLLM's name for it in OpenAI bodies; repetition_penalty an extension of both.
   read_penalties(body, "min_tokens", [](const char* key) { return std::string(key); }, p);

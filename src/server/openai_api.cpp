@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "server/generation.h"
 #include "server/json_params.h"
+#include "server/logprobs_json.h"
 #include "server/routes.h"
 
 namespace serve8 {
@@ -169,13 +170,24 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
   StreamFormat format;
   // Chat streams open with the assistant role, as OpenAI's do, before any content.
   auto opened = std::make_shared<std::vector<bool>>(run->size(), false);
+  // Log probabilities: those of the tokens since the last chunk go with each chunk.
+  const Tokenizer* tok = ctx.tokenizer();
+  const bool want_lp = params.logprobs >= 0;
+  auto lp_sent = std::make_shared<std::vector<size_t>>(run->size(), 0);
+  auto echo_len = [echo_of, n](size_t i) { return echo_of->empty() ? size_t{0} : (*echo_of)[i / static_cast<size_t>(n)].size(); };
+  auto logprobs_of = [=](const TextOutput& o, size_t i, size_t begin, size_t end) -> Json {
+    if (!want_lp) return nullptr;
+    return chat ? chat_logprobs(tok, o, begin, end) : completion_logprobs(tok, o, begin, end, echo_len(i));
+  };
   format.on_change = [=](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
     for (size_t i : changed) {
       TextOutput& o = r.output(i);
       std::string delta = o.take_delta();
       if (!chat && !echo_of->empty() && !(*opened)[i]) delta = (*echo_of)[i / static_cast<size_t>(n)] + delta;
       if (delta.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
-      Json choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
+      Json choice = {{"index", i}, {"logprobs", logprobs_of(o, i, (*lp_sent)[i], o.logprobs().size())},
+                     {"finish_reason", finish_reason(o)}};
+      (*lp_sent)[i] = o.logprobs().size();
       if (chat) {
         Json d = Json::object();
         if (!(*opened)[i]) d["role"] = "assistant";
@@ -205,8 +217,10 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
     Json choices = Json::array();
     for (size_t i = 0; i < r.size(); ++i) {
       const TextOutput& o = r.output(i);
-      Json choice = {
-          {"index", i}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}, {"matched_stop", matched_stop(o)}};
+      Json choice = {{"index", i},
+                     {"logprobs", logprobs_of(o, i, 0, o.logprobs().size())},
+                     {"finish_reason", finish_reason(o)},
+                     {"matched_stop", matched_stop(o)}};
       const std::string text =
           (echo_of->empty() ? std::string() : (*echo_of)[i / static_cast<size_t>(n)]) + std::string(o.visible_text());
       if (chat) {

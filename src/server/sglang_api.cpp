@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "server/generation.h"
 #include "server/json_params.h"
+#include "server/logprobs_json.h"
 #include "server/routes.h"
 
 namespace serve8 {
@@ -27,7 +28,14 @@ Json finish_reason_json(const TextOutput& out) {
   return nullptr;
 }
 
-Json result_json(const GenerationRun& run, size_t i) {
+// SGLang's return_logprob: output tokens' log probabilities in meta_info.
+struct LogprobOptions {
+  bool want = false;
+  bool with_text = false;
+  const Tokenizer* tokenizer = nullptr;
+};
+
+Json result_json(const GenerationRun& run, size_t i, const LogprobOptions& lp) {
   const TextOutput& out = run.output(i);
   Json meta = {{"id", run.rid(i)},
                {"finish_reason", finish_reason_json(out)},
@@ -35,6 +43,7 @@ Json result_json(const GenerationRun& run, size_t i) {
                {"completion_tokens", out.completion_tokens()},
                {"cached_tokens", out.cached_tokens()}};
   if (out.finished()) meta["e2e_latency"] = run.e2e_seconds(i);
+  if (lp.want) add_sglang_logprobs(lp.tokenizer, out, lp.with_text, meta);
   return {{"text", std::string(out.visible_text())}, {"output_ids", out.output_ids()}, {"meta_info", meta}};
 }
 
@@ -101,13 +110,22 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   const Json rid = body.value("rid", Json());
   if (!rid.is_null() && !(rid.is_string() && !batch) && !(rid.is_array() && batch && rid.size() == inputs.size()))
     throw_invalid("rid", "'rid' must be a string (or, for a batch, a list with one string per prompt)");
-  if (read_bool(body, "return_logprob", "return_logprob").value_or(false))
-    throw_invalid("return_logprob", "Logprobs are not supported by serve8");
+  LogprobOptions lp;
+  lp.want = read_bool(body, "return_logprob", "return_logprob").value_or(false);
+  lp.with_text = read_bool(body, "return_text_in_logprobs", "return_text_in_logprobs").value_or(false);
+  lp.tokenizer = ctx.tokenizer();
+  const int64_t top_n = read_integer(body, "top_logprobs_num", "top_logprobs_num").value_or(0);
+  if (top_n < 0 || top_n > kMaxTopLogprobs)
+    throw_invalid("top_logprobs_num", "'top_logprobs_num' must be between 0 and {}, got {}", kMaxTopLogprobs, top_n);
+  // -1 (SGLang's default): log probabilities of the output tokens only.
+  if (const auto start = read_integer(body, "logprob_start_len", "logprob_start_len"); start && *start != -1)
+    throw_invalid("logprob_start_len", "Prompt log probabilities are not supported yet (logprob_start_len -1 only)");
   const bool stream = read_bool(body, "stream", "stream").value_or(false);
   for (size_t i = 0; i < inputs.size(); ++i) {
     GenerationInput& in = inputs[i];
     const std::string param = batch ? fmt::format("sampling_params[{}]", i) : "sampling_params";
     parse_sglang_sampling_params(sp.is_array() ? sp[i] : sp, param, in.params, in.max_new_tokens_given);
+    if (lp.want) in.params.logprobs = static_cast<int>(top_n);
     if (rid.is_string()) in.rid = rid.get<std::string>();
     if (rid.is_array()) {
       if (!rid[i].is_string()) throw_invalid("rid", "'rid' must be a list of strings");
@@ -117,17 +135,17 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   }
   auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
   StreamFormat format;
-  format.on_change = [batch](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
+  format.on_change = [batch, lp](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
     for (size_t i : changed) {
-      Json chunk = result_json(r, i);
+      Json chunk = result_json(r, i, lp);
       if (batch) chunk["index"] = i;
       out.push_back(dump_json(chunk));
     }
   };
-  respond_with_run(res, run, stream ? &format : nullptr, [batch](GenerationRun& r) {
-    if (!batch) return dump_json(result_json(r, 0));
+  respond_with_run(res, run, stream ? &format : nullptr, [batch, lp](GenerationRun& r) {
+    if (!batch) return dump_json(result_json(r, 0, lp));
     Json all = Json::array();
-    for (size_t i = 0; i < r.size(); ++i) all.push_back(result_json(r, i));
+    for (size_t i = 0; i < r.size(); ++i) all.push_back(result_json(r, i, lp));
     return dump_json(all);
   });
 }

@@ -32,6 +32,8 @@ class TextOutput {
   std::string take_delta();
 
   const std::vector<int32_t>& output_ids() const { return ids_; }
+  // One per output id when the request asked for log probabilities, else empty.
+  const std::vector<RowLogprobs>& logprobs() const { return logprobs_; }
   bool finished() const { return finished_; }
   FinishReason reason() const { return reason_; }
   const std::string& error() const { return error_; }
@@ -50,6 +52,7 @@ class TextOutput {
   std::unique_ptr<IncrementalDetokenizer> detok_;
   std::vector<std::string> stops_;
   std::vector<int32_t> ids_;
+  std::vector<RowLogprobs> logprobs_;
   std::string text_;
   size_t visible_ = 0;
   size_t sent_ = 0;

@@ -1,5 +1,6 @@
 """The happy paths: OpenAI's client on /v1, SGLang's /generate, the info routes and /metrics."""
 
+import math
 import random
 import re
 
@@ -360,3 +361,40 @@ def test_penalties_and_logit_bias(client, text_server):
         "repetition_penalty": 1.3, "min_new_tokens": 4, "logit_bias": {"450": 5}}})
     assert r.status_code == 200, r.text
     assert r.json()["meta_info"]["completion_tokens"] == 4
+
+
+def test_logprobs_of_generated_tokens(client, text_server):
+    """Chat logprobs/top_logprobs, completions logprobs, SGLang's return_logprob: one entry per
+    generated token; greedy picks the most likely token, whose logprob heads its top list; the
+    probabilities of a top list are <= 1 in total and sorted."""
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                          temperature=0, logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        lps = [t.logprob for t in entry.top_logprobs]
+        assert lps == sorted(lps, reverse=True) and sum(math.exp(x) for x in lps) <= 1.0 + 1e-5
+        assert entry.top_logprobs[0].token == entry.token and abs(entry.top_logprobs[0].logprob - entry.logprob) < 1e-6
+        assert entry.logprob <= 0.0 and bytes(entry.bytes).decode("utf-8", "replace") == entry.token
+    streamed = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+                                              temperature=0, logprobs=True, top_logprobs=3, stream=True)
+    tokens = [e.token for c in streamed if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert tokens == [e.token for e in content]
+
+    comp = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=4, temperature=0, logprobs=2)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == comp.usage.completion_tokens
+    assert all(len(t) <= 2 and max(t.values()) == pytest.approx(x, abs=1e-6)
+               for t, x in zip(lp.top_logprobs, lp.token_logprobs))
+    assert lp.text_offset == sorted(lp.text_offset)
+
+    r = text_server.post("/generate", {"text": "hi", "return_logprob": True, "top_logprobs_num": 2,
+                                       "return_text_in_logprobs": True,
+                                       "sampling_params": {"max_new_tokens": 3, "temperature": 0}}).json()
+    meta = r["meta_info"]
+    assert [t[1] for t in meta["output_token_logprobs"]] == r["output_ids"]
+    assert all(len(top) == 2 and top[0][1] == tok[1] for top, tok in zip(meta["output_top_logprobs"],
+                                                                        meta["output_token_logprobs"]))
+    plain = text_server.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
+    assert "output_token_logprobs" not in plain.json()["meta_info"]

@@ -248,6 +248,18 @@ class CpuBackend final : public Backend {
     cpu::sample(logits, rows, out_ids);
   }
   void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override { cpu::edit_logits(logits, edits); }
+  std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows, std::span<const int32_t> chosen,
+                                    int top_n) override {
+    SERVE8_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2 && rows.size() == chosen.size(),
+                 "logprobs: logits {} {} for {} rows and {} tokens", dtype_name(logits.dtype), logits.shape_str(),
+                 rows.size(), chosen.size());
+    std::vector<RowLogprobs> out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SERVE8_CHECK(rows[i] >= 0 && rows[i] < logits.dim(0), "logprobs: row {} of logits {}", rows[i], logits.shape_str());
+      out.push_back(row_logprobs(logits.ptr<const float>() + rows[i] * logits.dim(1), logits.dim(1), chosen[i], top_n));
+    }
+    return out;
+  }
 
  private:
   std::vector<int32_t> last_token_rows_, out_slots_, kv_indices_;

@@ -413,4 +413,23 @@ void CudaBackend::edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
   sampler_->edit(logits.ptr<float>(), logits.dim(1), edits);
 }
 
+// The requested rows come back to the host and row_logprobs() works there: a copy of V floats per
+// row that asked, only on steps where one did.
+std::vector<RowLogprobs> CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> rows,
+                                               std::span<const int32_t> chosen, int top_n) {
+  const OpScope profile(profiler_, "sample");
+  check_dtype(logits, DType::kF32, "logprobs", "logits");
+  SERVE8_CHECK(logits.ndim == 2 && rows.size() == chosen.size(), "logprobs: logits {} for {} rows and {} tokens",
+               logits.shape_str(), rows.size(), chosen.size());
+  const int64_t v = logits.dim(1);
+  std::vector<float> row(static_cast<size_t>(v));
+  std::vector<RowLogprobs> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SERVE8_CHECK(rows[i] >= 0 && rows[i] < logits.dim(0), "logprobs: row {} of logits {}", rows[i], logits.shape_str());
+    copy_to_host(row.data(), logits.ptr<const float>() + rows[i] * v, static_cast<size_t>(v) * sizeof(float));
+    out.push_back(row_logprobs(row.data(), v, chosen[i], top_n));
+  }
+  return out;
+}
+
 }  // namespace serve8
