@@ -46,6 +46,8 @@ void default_to_builtin_model(EngineArgs& a) {
 void add_engine_options(CLI::App& app, EngineArgs& a) {
   app.add_option("--model-path,--model", a.model_path, "HF model directory (config.json, *.safetensors)");
   app.add_option("--tokenizer-path", a.tokenizer_path, "tokenizer directory or file (default: the model's)");
+  app.add_option("--chat-template", a.chat_template,
+                 "a Jinja chat template file, or the template itself, instead of the tokenizer's");
   app.add_option("--load-format", a.load_format, "auto | safetensors | dummy (seeded random weights)");
   app.add_option("--quantization", a.quantization,
                  "fp8: quantize the layers' matrices at load to float8_e4m3, one scale per output channel; "

@@ -121,6 +121,8 @@ void register_serve(CLI::App& root, SetAction set_action) {
   app->add_option("--http-timeout", a->server.http_timeout_seconds,
                   "seconds a request's headers, then its body, then each write of its response may take")
       ->capture_default_str();
+  app->add_option("--allowed-origins", a->server.allowed_origins,
+                  "origins browsers may call the API from (CORS), or '*' for any; none by default");
   app->add_option("--drain-seconds", a->server.drain_seconds,
                   "on SIGTERM, how long admitted requests may finish before they are aborted")
       ->capture_default_str();

@@ -136,9 +136,9 @@ EngineParts create_engine_parts(const EngineArgs& args) {
     tok_path = beside ? p.parent_path().string() : p.string();
   }
   try {
-    tokenizer = load_tokenizer(tok_path);
+    tokenizer = load_tokenizer(tok_path, args.chat_template);
   } catch (const Error& e) {
-    if (!args.tokenizer_path.empty()) throw;
+    if (!args.tokenizer_path.empty() || !args.chat_template.empty()) throw;
     spdlog::warn("no tokenizer at {}: requests must send token ids ({})", tok_path, e.what());
   }
   if (args.disable_cuda_graph) {

@@ -29,6 +29,7 @@ namespace serve8 {
 struct EngineArgs {
   std::string model_path;
   std::string tokenizer_path;        // empty: the model directory
+  std::string chat_template;         // a Jinja file or template replacing the tokenizer's (empty: its own)
   std::string load_format = "auto";  // auto | safetensors | dummy
   std::string device = "auto";       // auto | cpu | cuda
   std::string dtype = "auto";        // compute dtype: auto (bf16 on cuda, fp32 on cpu) | bfloat16 | float32

@@ -65,6 +65,7 @@ struct HttpServer::Impl final : SessionHost {
   void run_handler(std::function<void()> fn) override { net::post(handler_pool, std::move(fn)); }
   void rejected() override { ctx.metrics.count_rejected(); }
   HttpResponse handle(HttpRequest& req) override;
+  HttpResponse route(HttpRequest& req);
 
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
@@ -93,6 +94,22 @@ struct HttpServer::Impl final : SessionHost {
 };
 
 HttpResponse HttpServer::Impl::handle(HttpRequest& req) {
+  HttpResponse res = route(req);
+  // CORS: only for the origins --allowed-origins names.
+  const std::string origin = req.get_header_value("Origin");
+  const auto& allowed = ctx.options.allowed_origins;
+  if (!origin.empty()) {
+    if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) {
+      res.set_header("Access-Control-Allow-Origin", "*");
+    } else if (std::find(allowed.begin(), allowed.end(), origin) != allowed.end()) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+  }
+  return res;
+}
+
+HttpResponse HttpServer::Impl::route(HttpRequest& req) {
   HttpResponse res;
   const auto fail = [&](const ApiError& e) {
     ctx.metrics.count_rejected();

@@ -144,7 +144,6 @@ void HttpSession::respond(HttpResponse res) {
     if (res.deferred) res.deferred->cancel();
     return;
   }
-  res.headers.emplace_back("Access-Control-Allow-Origin", "*");
   if (!res.deferred) {
     std::string bytes = head(res.status, res.content_type, res.headers, res.body.size());
     return write(bytes + res.body, true);
@@ -272,8 +271,7 @@ void HttpSession::write_error(int status, const std::string& message, const char
   busy_ = true;
   const std::string body =
       error_body(ApiError(status, message, status >= 500 ? "server_error" : "invalid_request_error", "", code));
-  const std::vector<std::pair<std::string, std::string>> headers = {{"Access-Control-Allow-Origin", "*"}};
-  write(head(status, "application/json", headers, body.size()) + body, true);
+  write(head(status, "application/json", {}, body.size()) + body, true);
 }
 
 }  // namespace serve8

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 
@@ -28,6 +29,9 @@ struct ServerOptions {
   // /metrics answers without the API key unless this is set (Prometheus scrapers often have none).
   bool metrics_require_api_key = false;
   std::string version = "serve8";  // what /version answers (the CLI adds the build's commit)
+  // Origins browsers may call from (CORS): their requests get Access-Control-Allow-Origin; "*"
+  // allows any. Empty (the default): no CORS headers.
+  std::vector<std::string> allowed_origins;
 };
 
 class HttpServer {

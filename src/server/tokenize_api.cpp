@@ -66,8 +66,8 @@ void register_tokenize_routes(Router& server, ServerContext& ctx) {
   server.Get("/version", [&ctx](const HttpRequest&, HttpResponse& res) {
     send_json(res, dump_json(Json{{"version", ctx.options.version}}));
   });
-  // CORS, as SGLang's and vLLM's servers allow any origin (every response says so): browsers'
-  // preflights get their answer.
+  // CORS preflights: the methods and headers; which origins may call is --allowed-origins' (the
+  // server adds Access-Control-Allow-Origin for those).
   server.Options(R"(.*)", [](const HttpRequest&, HttpResponse& res) {
     res.status = 204;
     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -59,14 +60,10 @@ std::vector<int> end_of_turn_ids(const TemplatedTokenizer& tok, const ChatTempla
   return {};
 }
 
-// Compiles the Jinja template the tokenizer's files carry and sets it, with HF's special-token
-// variables; a template serve8 cannot parse leaves chat off rather than failing the whole model.
-void use_files_chat_template(TemplatedTokenizer& tok, const std::string& path) {
-  const std::string& source = tok.chat_template_source();
-  if (source.empty()) {
-    spdlog::info("'{}' carries no chat template: /v1/chat/completions is refused, completions work", path);
-    return;
-  }
+// Compiles a Jinja chat template with HF's special-token variables and sets it, with the token
+// it closes a turn with. `what` names its origin; `required` (the user named it) makes a template
+// that does not compile an error, where the files' own only leaves chat off.
+void use_chat_template(TemplatedTokenizer& tok, const std::string& source, const std::string& what, bool required) {
   std::vector<std::pair<std::string, std::string>> special_tokens;
   if (!tok.bos_token().empty()) special_tokens.emplace_back("bos_token", tok.bos_token());
   if (!tok.eos_token().empty()) special_tokens.emplace_back("eos_token", tok.eos_token());
@@ -74,7 +71,8 @@ void use_files_chat_template(TemplatedTokenizer& tok, const std::string& path) {
   try {
     chat = std::make_unique<JinjaChatTemplate>(source, special_tokens);
   } catch (const Error& e) {
-    spdlog::warn("'{}': its chat template does not compile, so chat requests are refused: {}", path, e.what());
+    SERVE8_CHECK(!required, "{}: the chat template does not compile: {}", what, e.what());
+    spdlog::warn("{}: its chat template does not compile, so chat requests are refused: {}", what, e.what());
     return;
   }
   const std::vector<int> end_of_turn = end_of_turn_ids(tok, *chat);
@@ -84,7 +82,7 @@ void use_files_chat_template(TemplatedTokenizer& tok, const std::string& path) {
     if (!stops.empty()) stops += ", ";
     stops += fmt::format("{} {}", id, tok.id_to_piece(id));
   }
-  spdlog::info("chat template: the Jinja template of '{}'; generation stops at {}", path, stops);
+  spdlog::info("chat template: the Jinja template of {}; generation stops at {}", what, stops);
 }
 
 std::unique_ptr<Tokenizer> load_vocabulary(const std::string& dir_or_file) {
@@ -108,14 +106,42 @@ bool Tokenizer::is_eos(int id) const {
   return std::find(eos.begin(), eos.end(), id) != eos.end();
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file) {
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file, const std::string& chat_template) {
   std::unique_ptr<Tokenizer> tok = load_vocabulary(dir_or_file);
-  if (auto* templated = dynamic_cast<TemplatedTokenizer*>(tok.get())) {
-    // As for tokenizer.model files: a SentencePiece vocabulary with no template gets Llama-2's.
-    if (templated->chat_template_source().empty() && dynamic_cast<SpmBpeTokenizer*>(templated) != nullptr) {
-      templated->set_chat_template(std::make_unique<Llama2ChatTemplate>());
+  auto* templated = dynamic_cast<TemplatedTokenizer*>(tok.get());
+  if (!chat_template.empty()) {
+    // A file's path, else the template itself.
+    std::string source = chat_template, what = "--chat-template";
+    std::error_code ec;
+    if (fs::is_regular_file(chat_template, ec)) {
+      std::ifstream f(chat_template, std::ios::binary);
+      source.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+      what = fmt::format("'{}' (--chat-template)", chat_template);
+    }
+    if (templated != nullptr) {
+      use_chat_template(*templated, source, what, true);
+    } else if (auto* spm = dynamic_cast<SentencePieceTokenizer*>(tok.get())) {
+      std::vector<std::pair<std::string, std::string>> special_tokens;
+      if (spm->bos_id() >= 0) special_tokens.emplace_back("bos_token", spm->id_to_piece(spm->bos_id()));
+      if (spm->eos_id() >= 0) special_tokens.emplace_back("eos_token", spm->id_to_piece(spm->eos_id()));
+      try {
+        spm->set_chat_template(std::make_unique<JinjaChatTemplate>(source, special_tokens));
+      } catch (const Error& e) {
+        fail("{}: the chat template does not compile: {}", what, e.what());
+      }
+      spdlog::info("chat template: the Jinja template of {}", what);
     } else {
-      use_files_chat_template(*templated, dir_or_file);
+      fail("--chat-template: the tokenizer at '{}' cannot take a chat template", dir_or_file);
+    }
+  } else if (templated != nullptr) {
+    const std::string& source = templated->chat_template_source();
+    if (source.empty() && dynamic_cast<SpmBpeTokenizer*>(templated) != nullptr) {
+      // As for tokenizer.model files: a SentencePiece vocabulary with no template gets Llama-2's.
+      templated->set_chat_template(std::make_unique<Llama2ChatTemplate>());
+    } else if (source.empty()) {
+      spdlog::info("'{}' carries no chat template: /v1/chat/completions is refused, completions work", dir_or_file);
+    } else {
+      use_chat_template(*templated, source, fmt::format("'{}'", dir_or_file), false);
     }
   }
   return tok;

@@ -55,7 +55,8 @@ class Tokenizer {
 // (tokenizer_config.json's chat_template, GGUF's tokenizer.chat_template) is compiled and set, and
 // the token it closes an assistant turn with ends generation too; one that does not compile is
 // logged and leaves the tokenizer without chat. SentencePiece vocabularies without a template
-// (tokenizer.model, GGUF "llama") use the Llama-2 format.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file);
+// (tokenizer.model, GGUF "llama") use the Llama-2 format. `chat_template` (a Jinja file, or the
+// template text) replaces the files' template; one that does not compile is an Error.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir_or_file, const std::string& chat_template = "");
 
 }  // namespace serve8

@@ -287,13 +287,34 @@ def test_tokenize_detokenize_version_and_model_by_id(text_server):
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
 
 
-def test_cors_preflight_and_header(text_server):
-    r = requests.options(text_server.url + "/v1/chat/completions", timeout=30,
-                         headers={"Origin": "http://example.com", "Access-Control-Request-Method": "POST"})
-    assert r.status_code == 204
-    assert "POST" in r.headers["Access-Control-Allow-Methods"]
-    assert r.headers["Access-Control-Allow-Origin"] == "*"
-    assert text_server.get("/v1/models").headers["Access-Control-Allow-Origin"] == "*"
+def test_cors_only_for_allowed_origins(text_server, start_server):
+    """No CORS headers by default; --allowed-origins names the origins (or '*') that get them."""
+    pre = {"Origin": "http://example.com", "Access-Control-Request-Method": "POST"}
+    r = requests.options(text_server.url + "/v1/chat/completions", timeout=30, headers=pre)
+    assert r.status_code == 204 and "Access-Control-Allow-Origin" not in r.headers
+    cors = start_server(["--allowed-origins", "http://example.com", "http://other.org"])
+    r = requests.options(cors.url + "/v1/chat/completions", timeout=30, headers=pre)
+    assert r.status_code == 204 and "POST" in r.headers["Access-Control-Allow-Methods"]
+    assert r.headers["Access-Control-Allow-Origin"] == "http://example.com"
+    got = requests.get(cors.url + "/v1/models", headers={"Origin": "http://other.org"}, timeout=30)
+    assert got.headers["Access-Control-Allow-Origin"] == "http://other.org"
+    stranger = requests.get(cors.url + "/v1/models", headers={"Origin": "http://evil.example"}, timeout=30)
+    assert "Access-Control-Allow-Origin" not in stranger.headers
+    star = start_server(["--allowed-origins", "*"])
+    assert requests.get(star.url + "/v1/models", headers={"Origin": "http://a.b"},
+                        timeout=30).headers["Access-Control-Allow-Origin"] == "*"
+
+
+def test_chat_template_flag(start_server, tmp_path):
+    """--chat-template replaces the tokenizer's template: a file, or the template text itself."""
+    template = "{% for m in messages %}<<{{ m['role'] }}>>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<<assistant>>{% endif %}"
+    f = tmp_path / "t.jinja"
+    f.write_text(template)
+    for arg in (str(f), template):
+        srv = start_server(["--max-total-tokens", "4096", "--chat-template", arg])
+        ids = srv.post("/tokenize", {"prompt": "<<user>>hi<<assistant>>", "add_special_tokens": False}).json()["tokens"]
+        r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+        assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == len(ids), r.text
 
 
 def test_n_choices_per_prompt(client, text_server):
