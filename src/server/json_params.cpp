@@ -20,18 +20,6 @@ std::string type_name(const Json& v) {
   return "null";
 }
 
-const Json* field(const Json& obj, const char* key) {
-  auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-int32_t to_int32(int64_t v, const std::string& param) {
-  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
-    throw_invalid(param, "'{}' is out of range: {}", param, v);
-  return static_cast<int32_t>(v);
-}
-
 int64_t integer_value(const Json& v, const std::string& param) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
@@ -54,6 +42,20 @@ void check_neutral(const Json& obj, const char* key, double neutral, const std::
     throw_invalid(param, "'{}' is not supported by serve8 (only {} is accepted)", param, neutral);
 }
 
+}  // namespace
+
+const Json* field(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int32_t to_int32(int64_t v, const std::string& param) {
+  if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+    throw_invalid(param, "'{}' is out of range: {}", param, v);
+  return static_cast<int32_t>(v);
+}
+
 void check_absent(const Json& obj, const char* key, const std::string& param) {
   const Json* v = field(obj, key);
   if (v == nullptr) return;
@@ -62,8 +64,6 @@ void check_absent(const Json& obj, const char* key, const std::string& param) {
     return;
   throw_invalid(param, "'{}' is not supported by serve8", param);
 }
-
-}  // namespace
 
 Json parse_json_object(const std::string& body) {
   Json j;

@@ -30,6 +30,12 @@ std::optional<int64_t> read_integer(const Json& obj, const char* key, const std:
 std::optional<bool> read_bool(const Json& obj, const char* key, const std::string& param);
 std::optional<std::string> read_string(const Json& obj, const char* key, const std::string& param);
 
+// obj[key] unless missing or null.
+const Json* field(const Json& obj, const char* key);
+int32_t to_int32(int64_t v, const std::string& param);  // a 400 naming param when out of range
+// A field serve8 does not implement: a 400 unless missing, null, false, 0 or empty.
+void check_absent(const Json& obj, const char* key, const std::string& param);
+
 // A string or a list of strings.
 std::vector<std::string> read_stop(const Json& value, const std::string& param);
 // A list of token ids (integers; their range is checked later, against the vocabulary).
@@ -42,8 +48,9 @@ bool is_token_list(const Json& value);
 void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& out,
                                   bool& max_new_tokens_given);
 // The sampling fields of an OpenAI completions or chat body, with SGLang/vLLM's extensions
-// (top_k, min_p, ignore_eos, stop_token_ids, skip_special_tokens). Unsupported features (logprobs,
-// n > 1, echo, penalties) are a 400.
+// (top_k, min_p, ignore_eos, stop_token_ids, skip_special_tokens, repetition_penalty, min_tokens).
+// What serve8 does not implement (tools, prompt log probabilities, suffix, structured
+// response_format) is a 400.
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& out, bool& max_tokens_given);
 // OpenAI's "n": choices per prompt, 1 to kMaxChoices (OpenAI's own limit).
 constexpr int kMaxChoices = 128;

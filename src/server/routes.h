@@ -20,6 +20,7 @@ class ApiError;
 void register_sglang_routes(Router& server, ServerContext& ctx);
 void register_openai_routes(Router& server, ServerContext& ctx);
 void register_tokenize_routes(Router& server, ServerContext& ctx);
+void register_responses_routes(Router& server, ServerContext& ctx);
 
 // The OpenAI model object of the served model (/v1/models and /v1/models/{id}).
 nlohmann::json model_object(const ServerContext& ctx);
@@ -35,6 +36,9 @@ struct StreamFormat {
   std::function<void(GenerationRun& run, const std::vector<size_t>& changed, std::vector<std::string>& out)> on_change;
   // Payloads after every request finished (OpenAI's usage chunk); may be left empty.
   std::function<void(GenerationRun& run, std::vector<std::string>& out)> on_end;
+  // The payloads are whole events ("event: ...\ndata: ...\n\n", the Responses API's), sent as
+  // they are and not closed by "data: [DONE]".
+  bool whole_events = false;
 };
 
 // Answers with `run`'s output, deferred: as server-sent events ("data: {...}\n\n" ... "data:

@@ -67,9 +67,9 @@ class RunResponse final : public DeferredResponse {
     std::vector<std::string> chunks;
     if (!changed.empty()) format_->on_change(*run_, changed, chunks);
     if (run_->all_finished() && format_->on_end) format_->on_end(*run_, chunks);
-    for (const std::string& c : chunks) p.data += sse_event(c);
+    for (const std::string& c : chunks) p.data += format_->whole_events ? c : sse_event(c);
     if (run_->all_finished()) {
-      p.data += "data: [DONE]\n\n";
+      if (!format_->whole_events) p.data += "data: [DONE]\n\n";
       p.done = true;
     }
     return p;

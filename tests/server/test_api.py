@@ -419,3 +419,29 @@ def test_logprobs_of_generated_tokens(client, text_server):
                                                                         meta["output_token_logprobs"]))
     plain = text_server.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 3, "temperature": 0}})
     assert "output_token_logprobs" not in plain.json()["meta_info"]
+
+
+def test_responses_api(client, text_server):
+    """/v1/responses through the openai SDK: a string or a message list with instructions, whole
+    or streamed as OpenAI's events, the same text as chat with the same messages."""
+    r = client.responses.create(model="tiny", input="Tell me a story", max_output_tokens=8, temperature=0)
+    assert r.object == "response" and r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Tell me a story"}],
+                                          max_tokens=8, temperature=0)
+    assert r.output_text == chat.choices[0].message.content
+    assert r.usage.output_tokens == 8 and r.usage.input_tokens == chat.usage.prompt_tokens
+    listed = client.responses.create(model="tiny", instructions="Be brief.", max_output_tokens=4, temperature=0,
+                                     input=[{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}])
+    chat2 = client.chat.completions.create(model="tiny", max_tokens=4, temperature=0,
+                                           messages=[{"role": "system", "content": "Be brief."},
+                                                     {"role": "user", "content": "Hi"}])
+    assert listed.output_text == chat2.choices[0].message.content
+    events = list(client.responses.create(model="tiny", input="Tell me a story", max_output_tokens=8, temperature=0,
+                                          stream=True))
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == r.output_text == events[-1].response.output_text
+    bad = text_server.post("/v1/responses", {"model": "tiny", "input": "x", "tools": [{"type": "function"}]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
