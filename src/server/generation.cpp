@@ -45,7 +45,8 @@ void check_generation_input(const ServerContext& ctx, GenerationInput& in, const
   if (!error.empty()) throw invalid_request(error);
 }
 
-GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received)
+GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received,
+                             bool share_prefill)
     : ctx_(ctx), inputs_(std::move(inputs)), received_(received) {
   const auto n = static_cast<int64_t>(inputs_.size());
   // Counted before the draining check: shutdown sets `draining` and then waits for in_flight to
@@ -77,9 +78,38 @@ GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> in
   }
   e2e_.assign(inputs_.size(), 0.0);
   aborted_.assign(inputs_.size(), false);
-  for (size_t i = 0; i < inputs_.size(); ++i) {
+  for (size_t i = 0; i < inputs_.size(); ++i)
     outputs_.push_back(std::make_unique<TextOutput>(ctx_.tokenizer(), inputs_[i].params, inputs_[i].input_ids));
-    streams_.push_back(ctx_.engine.submit(inputs_[i].input_ids, inputs_[i].params, rids_[i]));
+  streams_.assign(inputs_.size(), nullptr);
+  const bool same_prompt = std::all_of(inputs_.begin(), inputs_.end(),
+                                       [&](const GenerationInput& in) { return in.input_ids == inputs_[0].input_ids; });
+  if (share_prefill && inputs_.size() > 1 && same_prompt && !ctx_.engine_args.scheduler.disable_radix_cache &&
+      ctx_.claim_rid(rids_[0] + "-prefill")) {
+    warmup_rid_ = rids_[0] + "-prefill";
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_new_tokens = 1;
+    p.ignore_eos = true;
+    warmup_ = ctx_.engine.submit(inputs_[0].input_ids, p, warmup_rid_);
+    return;
+  }
+  for (size_t i = 0; i < inputs_.size(); ++i) submit(i);
+}
+
+void GenerationRun::submit(size_t i) {
+  streams_[i] = ctx_.engine.submit(inputs_[i].input_ids, inputs_[i].params, rids_[i]);
+  if (wake_) streams_[i]->set_listener(wake_);
+}
+
+void GenerationRun::take_warmup(std::chrono::milliseconds wait) {
+  while (warmup_) {
+    std::optional<OutputEvent> ev = warmup_->next(wait);
+    if (!ev) return;
+    if (!ev->finished) continue;
+    warmup_->set_listener(nullptr);
+    warmup_.reset();
+    if (cancelled_) return;
+    for (size_t i = 0; i < inputs_.size(); ++i) submit(i);
   }
 }
 
@@ -87,14 +117,17 @@ GenerationRun::~GenerationRun() {
   on_output(nullptr);
   abort();
   for (const std::string& r : rids_) ctx_.release_rid(r);
+  if (!warmup_rid_.empty()) ctx_.release_rid(warmup_rid_);
   ctx_.in_flight -= static_cast<int64_t>(inputs_.size());
 }
 
 void GenerationRun::abort() {
+  cancelled_ = true;
+  if (warmup_) ctx_.engine.abort(warmup_rid_);
   for (size_t i = 0; i < outputs_.size(); ++i) {
     if (outputs_[i]->finished() || aborted_[i]) continue;
     spdlog::debug("aborting request {}", rids_[i]);
-    ctx_.engine.abort(rids_[i]);
+    if (streams_[i]) ctx_.engine.abort(rids_[i]);
     // Nobody reads the abort event that comes back, so count the abort here.
     aborted_[i] = true;
     ctx_.metrics.count_finished(FinishReason::kAbort);
@@ -116,6 +149,7 @@ void GenerationRun::apply_event(size_t i, const OutputEvent& ev) {
 }
 
 bool GenerationRun::drain_events(size_t i) {
+  if (!streams_[i]) return false;
   bool changed = false;
   while (!outputs_[i]->finished()) {
     std::optional<OutputEvent> ev = streams_[i]->next(std::chrono::milliseconds(0));
@@ -131,6 +165,10 @@ std::vector<size_t> GenerationRun::poll(std::chrono::milliseconds timeout) {
   changed.swap(changed_before_);
   const auto deadline = Clock::now() + timeout;
   for (;;) {
+    if (warmup_) {
+      take_warmup(std::chrono::duration_cast<std::chrono::milliseconds>(std::max(deadline - Clock::now(), Clock::duration{})));
+      if (warmup_) return changed;  // still prefilling (or the wait is over)
+    }
     for (size_t i = 0; i < outputs_.size(); ++i)
       if (drain_events(i) && std::find(changed.begin(), changed.end(), i) == changed.end()) changed.push_back(i);
     const auto now = Clock::now();
@@ -166,7 +204,10 @@ bool GenerationRun::started() const {
 }
 
 void GenerationRun::on_output(const std::function<void()>& wake) {
-  for (const auto& s : streams_) s->set_listener(wake);
+  wake_ = wake;
+  if (warmup_) warmup_->set_listener(wake);
+  for (const auto& s : streams_)
+    if (s) s->set_listener(wake);
 }
 
 }  // namespace serve8

@@ -34,8 +34,10 @@ void check_generation_input(const ServerContext& ctx, GenerationInput& in, const
 class GenerationRun {
  public:
   // Throws ApiError (503) when the server is draining or its queue is full, (400) when a rid is
-  // already in use.
-  GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received);
+  // already in use. share_prefill (OpenAI's n > 1: one prompt, several choices): the prompt is
+  // prefilled once by a one-token request, and the choices start after it, from the radix cache.
+  GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received,
+                bool share_prefill = false);
   ~GenerationRun();
   GenerationRun(const GenerationRun&) = delete;
   GenerationRun& operator=(const GenerationRun&) = delete;
@@ -64,6 +66,9 @@ class GenerationRun {
  private:
   void apply_event(size_t i, const OutputEvent& ev);
   bool drain_events(size_t i);
+  // The shared prefill finished (or failed): submit the choices.
+  void take_warmup(std::chrono::milliseconds wait);
+  void submit(size_t i);
 
   ServerContext& ctx_;
   std::vector<GenerationInput> inputs_;
@@ -75,6 +80,10 @@ class GenerationRun {
   Clock::time_point received_;
   size_t num_finished_ = 0;
   std::vector<bool> aborted_;  // abort sent to the engine
+  std::shared_ptr<RequestStream> warmup_;  // the shared prefill while it runs
+  std::string warmup_rid_;
+  std::function<void()> wake_;
+  bool cancelled_ = false;
 };
 
 }  // namespace serve8

@@ -161,7 +161,7 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
     inputs[i].rid = inputs.size() == 1 ? c.id : fmt::format("{}-{}", c.id, i);
     check_generation_input(ctx, inputs[i], chat ? "messages" : "prompt", "max_tokens");
   }
-  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
+  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received, /*share_prefill=*/n > 1);
   const std::string model = ctx.options.served_model_name;
   const char* object = chat ? "chat.completion.chunk" : "text_completion";
   auto chunk_base = [c, model, object] {

@@ -445,3 +445,12 @@ def test_responses_api(client, text_server):
     assert deltas == r.output_text == events[-1].response.output_text
     bad = text_server.post("/v1/responses", {"model": "tiny", "input": "x", "tools": [{"type": "function"}]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+
+
+def test_n_choices_prefill_their_prompt_once(client, text_server):
+    """With n > 1 the prompt is prefilled once; every choice then starts from the radix cache."""
+    prompt = "In a land far away " * 12
+    r = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0.8, seed=3, n=4)
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    assert cached >= 4 * (r.usage.prompt_tokens - 1), r.usage
+    assert len(r.choices) == 4 and r.usage.completion_tokens == 16
