@@ -324,7 +324,9 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
       emit(r, {token}, lps[i] ? &*lps[i] : nullptr);
     }
   }
-  for (auto [r, i] : done) {
+  for (const auto& d : done) {
+    Request* r = d.first;
+    const size_t i = d.second;
     release(*r, true);
     counters_.num_finished++;
     emit(*r, {r->output_ids.back()}, lps[i] ? &*lps[i] : nullptr);
