@@ -267,8 +267,6 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   if (const Json* v = field(body, "stop_token_ids")) p.stop_token_ids = read_token_ids(*v, "stop_token_ids");
   if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) p.ignore_eos = *v;
   if (auto v = read_bool(body, "skip_special_tokens", "skip_special_tokens")) p.skip_special_tokens = *v;
-  if (auto n = read_integer(body, "best_of", "best_of"); n && *n != 1)
-    throw_invalid("best_of", "Only best_of = 1 is supported, got {}", *n);
   if (chat) {
     const bool want = read_bool(body, "logprobs", "logprobs").value_or(false);
     const std::optional<int64_t> top = read_integer(body, "top_logprobs", "top_logprobs");

@@ -143,7 +143,17 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
   SamplingParams params;
   bool max_given = false;
   parse_openai_sampling_params(body, chat, params, max_given);
-  const int n = read_openai_n(body);
+  const int choices = read_openai_n(body);
+  // Completions' best_of: that many candidates per prompt, the `n` with the highest total log
+  // probability returned (OpenAI's rule; not streamed).
+  const int n = chat ? choices : static_cast<int>(read_integer(body, "best_of", "best_of").value_or(choices));
+  if (chat && read_integer(body, "best_of", "best_of").value_or(1) != 1)
+    throw_invalid("best_of", "'best_of' is a completions parameter");
+  if (n < choices || n > kMaxChoices)
+    throw_invalid("best_of", "'best_of' must be between n = {} and {}, got {}", choices, kMaxChoices, n);
+  if (n > choices && c.stream) throw_invalid("best_of", "'best_of' > n cannot be streamed");
+  const bool show_lp = params.logprobs >= 0;
+  if (n > choices && !show_lp) params.logprobs = 0;  // the candidates are ranked by their log probabilities
   if (n > 1) {
     // Choice j of prompt i is request i * n + j (OpenAI's order); a given seed becomes seed + j so
     // the choices differ and stay reproducible.
@@ -172,7 +182,7 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
   auto opened = std::make_shared<std::vector<bool>>(run->size(), false);
   // Log probabilities: those of the tokens since the last chunk go with each chunk.
   const Tokenizer* tok = ctx.tokenizer();
-  const bool want_lp = params.logprobs >= 0;
+  const bool want_lp = show_lp;
   auto lp_sent = std::make_shared<std::vector<size_t>>(run->size(), 0);
   auto echo_len = [echo_of, n](size_t i) { return echo_of->empty() ? size_t{0} : (*echo_of)[i / static_cast<size_t>(n)].size(); };
   auto logprobs_of = [=](const TextOutput& o, size_t i, size_t begin, size_t end) -> Json {
@@ -214,10 +224,27 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
     };
   }
   respond_with_run(res, run, c.stream ? &format : nullptr, [=](GenerationRun& r) {
-    Json choices = Json::array();
-    for (size_t i = 0; i < r.size(); ++i) {
+    // The requests answered: all of them, or per prompt the `choices` best of its n candidates.
+    std::vector<size_t> picked;
+    for (size_t p0 = 0; p0 < r.size(); p0 += static_cast<size_t>(n)) {
+      std::vector<size_t> group(static_cast<size_t>(n));
+      for (size_t j = 0; j < group.size(); ++j) group[j] = p0 + j;
+      if (n > choices) {
+        const auto total = [&r](size_t i) {
+          double t = 0.0;
+          for (const RowLogprobs& lp : r.output(i).logprobs()) t += lp.chosen;
+          return t;
+        };
+        std::stable_sort(group.begin(), group.end(), [&](size_t a, size_t b) { return total(a) > total(b); });
+        group.resize(static_cast<size_t>(choices));
+      }
+      picked.insert(picked.end(), group.begin(), group.end());
+    }
+    Json choices_json = Json::array();
+    for (size_t k = 0; k < picked.size(); ++k) {
+      const size_t i = picked[k];
       const TextOutput& o = r.output(i);
-      Json choice = {{"index", i},
+      Json choice = {{"index", k},
                      {"logprobs", logprobs_of(o, i, 0, o.logprobs().size())},
                      {"finish_reason", finish_reason(o)},
                      {"matched_stop", matched_stop(o)}};
@@ -228,13 +255,13 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
       } else {
         choice["text"] = text;
       }
-      choices.push_back(choice);
+      choices_json.push_back(choice);
     }
     return dump_json(Json{{"id", c.id},
                           {"object", chat ? "chat.completion" : "text_completion"},
                           {"created", c.created},
                           {"model", model},
-                          {"choices", choices},
+                          {"choices", choices_json},
                           {"usage", usage_json(r, n)}});
   });
 }

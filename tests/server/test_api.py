@@ -454,3 +454,22 @@ def test_n_choices_prefill_their_prompt_once(client, text_server):
     cached = r.usage.prompt_tokens_details.cached_tokens
     assert cached >= 4 * (r.usage.prompt_tokens - 1), r.usage
     assert len(r.choices) == 4 and r.usage.completion_tokens == 16
+
+
+def test_best_of_returns_the_most_likely_candidates(client, text_server):
+    """best_of candidates per prompt, the n with the highest total log probability returned."""
+    kw = dict(model="tiny", prompt="Once upon a time", max_tokens=6, temperature=1.0, seed=11)
+    all3 = client.completions.create(**kw, n=3, logprobs=0)
+    totals = [sum(c.logprobs.token_logprobs) for c in sorted(all3.choices, key=lambda c: c.index)]
+    best = client.completions.create(**kw, n=1, best_of=3)
+    assert len(best.choices) == 1 and best.choices[0].logprobs is None
+    assert best.usage.completion_tokens == 3 * 6
+    if text_server.batch_invariant():
+        texts = [c.text for c in sorted(all3.choices, key=lambda c: c.index)]
+        assert best.choices[0].text == texts[totals.index(max(totals))]
+    two = client.completions.create(**kw, n=2, best_of=3, logprobs=0)
+    got = [sum(c.logprobs.token_logprobs) for c in two.choices]
+    assert got == sorted(got, reverse=True) and [c.index for c in two.choices] == [0, 1]
+    bad = text_server.post("/v1/completions", {**kw, "n": 3, "best_of": 2})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "best_of"
+    assert text_server.post("/v1/completions", {**kw, "best_of": 2, "stream": True}).status_code == 400
