@@ -212,6 +212,8 @@ http() (
     timeout "${SERVE8_HTTP_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider "$root/tests/server/test_$suite.py" \
       >"$OUT/http_$suite.txt" 2>&1
     echo "tests/server/test_$suite.py on cuda (Llama-2-7B dummy + stories260K): rc=$? $(tail -1 "$OUT/http_$suite.txt")"
+    # What failed, in the summary that comes back (the full logs stay in results.tgz).
+    grep -E "^(FAILED|E  )" "$OUT/http_$suite.txt" | head -20
   done | tee "$OUT/http_summary.txt"
 )
 
