@@ -36,12 +36,6 @@ int64_t integer_value(const Json& v, const std::string& param) {
   throw_invalid(param, "'{}' must be an integer, got {}", param, type_name(v));
 }
 
-// Parameters serve8 does not implement are fine at the value that means "off".
-void check_neutral(const Json& obj, const char* key, double neutral, const std::string& param) {
-  if (auto v = read_number(obj, key, param); v && *v != neutral)
-    throw_invalid(param, "'{}' is not supported by serve8 (only {} is accepted)", param, neutral);
-}
-
 }  // namespace
 
 const Json* field(const Json& obj, const char* key) {
@@ -239,7 +233,6 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
   for (const char* key : {"seed", "sampling_seed"})
     if (auto v = read_integer(sp, key, path(key))) p.seed = static_cast<uint64_t>(*v);
   read_penalties(sp, "min_new_tokens", [&](const char* key) { return path(key); }, p);
-  check_neutral(sp, "n", 1.0, path("n"));
   if (auto v = read_bool(sp, "no_stop_trim", path("no_stop_trim")); v && *v)
     throw_invalid(path("no_stop_trim"), "'no_stop_trim' is not supported by serve8");
   for (const char* key : {"regex", "json_schema", "ebnf", "structural_tag"}) check_absent(sp, key, path(key));

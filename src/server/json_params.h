@@ -45,6 +45,7 @@ bool is_token_list(const Json& value);
 
 // SGLang's sampling_params object. Unknown keys are a 400 (a misspelled parameter must not be
 // silently ignored); parameters serve8 does not implement are accepted at their neutral value.
+// "n" is the caller's (handle_generate fans the prompt out).
 void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& out,
                                   bool& max_new_tokens_given);
 // The sampling fields of an OpenAI completions or chat body, with SGLang/vLLM's extensions

@@ -121,19 +121,34 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   if (const auto start = read_integer(body, "logprob_start_len", "logprob_start_len"); start && *start != -1)
     throw_invalid("logprob_start_len", "Prompt log probabilities are not supported yet (logprob_start_len -1 only)");
   const bool stream = read_bool(body, "stream", "stream").value_or(false);
+  // sampling_params.n: that many samples of one prompt, answered as a list (prefilled once).
+  int n = 1;
+  for (size_t i = 0; i < (sp.is_array() ? sp.size() : 1); ++i) {
+    const Json& one = sp.is_array() ? sp[i] : sp;
+    const std::string param = sp.is_array() ? fmt::format("sampling_params[{}].n", i) : "sampling_params.n";
+    const int64_t k = one.is_object() ? read_integer(one, "n", param).value_or(1) : 1;
+    if (k < 1 || k > kMaxChoices) throw_invalid(param, "'n' must be between 1 and {}, got {}", kMaxChoices, k);
+    if (k > 1 && batch) throw_invalid(param, "'n' > 1 takes a single prompt, not a batch");
+    n = static_cast<int>(k);
+  }
+  if (n > 1) {
+    inputs.resize(static_cast<size_t>(n), inputs.front());
+    batch = true;
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     GenerationInput& in = inputs[i];
-    const std::string param = batch ? fmt::format("sampling_params[{}]", i) : "sampling_params";
-    parse_sglang_sampling_params(sp.is_array() ? sp[i] : sp, param, in.params, in.max_new_tokens_given);
+    const std::string param = batch && n == 1 ? fmt::format("sampling_params[{}]", i) : "sampling_params";
+    parse_sglang_sampling_params(sp.is_array() && n == 1 ? sp[i] : sp, param, in.params, in.max_new_tokens_given);
+    if (n > 1 && in.params.seed) in.params.seed = *in.params.seed + i;
     if (lp.want) in.params.logprobs = static_cast<int>(top_n);
-    if (rid.is_string()) in.rid = rid.get<std::string>();
+    if (rid.is_string()) in.rid = n > 1 ? fmt::format("{}-{}", rid.get<std::string>(), i) : rid.get<std::string>();
     if (rid.is_array()) {
       if (!rid[i].is_string()) throw_invalid("rid", "'rid' must be a list of strings");
       in.rid = rid[i].get<std::string>();
     }
     check_generation_input(ctx, in, body.contains("text") ? "text" : "input_ids", param + ".max_new_tokens");
   }
-  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
+  auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received, /*share_prefill=*/n > 1);
   StreamFormat format;
   format.on_change = [batch, lp](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
     for (size_t i : changed) {

@@ -473,3 +473,17 @@ def test_best_of_returns_the_most_likely_candidates(client, text_server):
     bad = text_server.post("/v1/completions", {**kw, "n": 3, "best_of": 2})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "best_of"
     assert text_server.post("/v1/completions", {**kw, "best_of": 2, "stream": True}).status_code == 400
+
+
+def test_generate_with_n_samples(text_server):
+    """SGLang's sampling_params.n: n samples of one prompt, as a list, their prompt prefilled once."""
+    body = {"text": "In a land far away " * 8, "sampling_params": {"max_new_tokens": 4, "temperature": 1.0, "n": 3,
+                                                                     "sampling_seed": 5}}
+    r = text_server.post("/generate", body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert isinstance(out, list) and len(out) == 3
+    assert all(o["meta_info"]["completion_tokens"] == 4 for o in out)
+    assert sum(o["meta_info"]["cached_tokens"] for o in out) >= 3 * (out[0]["meta_info"]["prompt_tokens"] - 1)
+    bad = text_server.post("/generate", {"text": ["a", "b"], "sampling_params": {"n": 2}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "sampling_params.n"

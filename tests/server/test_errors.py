@@ -277,7 +277,7 @@ def test_pathological_json(text_server):
 MORE_SAMPLING_400 = [
     {"top_k": -7}, {"min_p": 1.5}, {"min_p": -0.1}, {"top_k": 1.5}, {"top_p": -0.5},
     {"max_new_tokens": 0.5}, {"max_new_tokens": True}, {"stop_token_ids": [-1]}, {"stop_token_ids": "2"},
-    {"ignore_eos": "yes"}, {"seed": "x"}, {"n": 2},
+    {"ignore_eos": "yes"}, {"seed": "x"}, {"n": 0}, {"n": 129},
 ]
 
 
