@@ -22,12 +22,18 @@ Json bytes_of(const std::string& s) {
   return b;
 }
 
+// A matched stop token is an output id but not text: OpenAI's logprobs leave it out.
+size_t rendered_tokens(const TextOutput& out) {
+  const size_t n = std::min(out.logprobs().size(), out.output_ids().size());
+  return n > 0 && out.finished() && out.matched_token_id() >= 0 ? n - 1 : n;
+}
+
 }  // namespace
 
 Json chat_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, size_t end) {
   Json content = Json::array();
   const auto& lps = out.logprobs();
-  end = std::min({end, lps.size(), out.output_ids().size()});
+  end = std::min(end, rendered_tokens(out));
   for (size_t i = begin; i < end; ++i) {
     const std::string t = token_text(tok, out.output_ids()[i]);
     Json top = Json::array();
@@ -43,7 +49,7 @@ Json chat_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, si
 Json completion_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, size_t end, size_t offset) {
   Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
   const auto& lps = out.logprobs();
-  end = std::min({end, lps.size(), out.output_ids().size()});
+  end = std::min(end, rendered_tokens(out));
   for (size_t i = 0; i < end; ++i) {
     const std::string t = token_text(tok, out.output_ids()[i]);
     if (i >= begin) {

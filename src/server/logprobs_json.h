@@ -1,5 +1,6 @@
 // Log probabilities in the shapes clients read: OpenAI chat's "logprobs.content", the legacy
-// completions object, and SGLang's meta_info lists. Tokens [begin, end) of an output.
+// completions object (both without a matched stop token, which is not text), and SGLang's
+// meta_info lists (every output id). Tokens [begin, end) of an output.
 #pragma once
 
 #include <cstddef>

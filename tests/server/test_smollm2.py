@@ -83,3 +83,20 @@ def test_default_model(tmp_path):
         assert "serving the default model, SmolLM2-135M-Instruct" in s.log_tail(200)
     finally:
         s.stop()
+
+
+def test_logprobs_n_and_the_responses_api(client):
+    """What apps ask beyond plain chat, on a real model: log probabilities with top alternatives,
+    n = 3 seeded choices, and the Responses API, through the openai client."""
+    r = client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=12, temperature=0,
+                                       logprobs=True, top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert "".join(e.token for e in content).strip() == r.choices[0].message.content.strip()
+    assert all(e.top_logprobs[0].token == e.token for e in content)  # greedy takes the most likely
+    three = client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=12, temperature=0.8,
+                                           seed=1, n=3)
+    assert [c.index for c in three.choices] == [0, 1, 2] and all(c.message.content for c in three.choices)
+    resp = client.responses.create(model="smollm2", input="What is the capital of France?", max_output_tokens=24,
+                                   temperature=0)
+    assert "Paris" in resp.output_text, resp.output_text
+    assert resp.status == "completed" and resp.usage.output_tokens < 24
