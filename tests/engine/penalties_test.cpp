@@ -11,29 +11,12 @@
 namespace serve8 {
 namespace {
 
+using testing::greedy;
 using testing::stories_args;
 
+// One request's output ids (generate_all throws on an engine error).
 std::vector<int32_t> run(Engine& e, const std::vector<int32_t>& prompt, const SamplingParams& p) {
-  auto stream = e.submit(prompt, p);
-  e.run_until_idle();
-  std::vector<int32_t> out;
-  for (;;) {
-    auto ev = stream->next(std::chrono::milliseconds(0));
-    EXPECT_TRUE(ev.has_value());
-    if (!ev) break;
-    EXPECT_TRUE(ev->error.empty()) << ev->error;
-    out.insert(out.end(), ev->new_ids.begin(), ev->new_ids.end());
-    if (ev->finished) break;
-  }
-  return out;
-}
-
-SamplingParams greedy(int n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_new_tokens = n;
-  p.ignore_eos = true;
-  return p;
+  return testing::generate_all(e, {prompt}, p)[0];
 }
 
 size_t repeats(const std::vector<int32_t>& ids) { return ids.size() - std::set<int32_t>(ids.begin(), ids.end()).size(); }

@@ -10,6 +10,7 @@ namespace serve8 {
 namespace {
 
 using testing::generate_all;
+using testing::greedy;
 using testing::stories_args;
 
 std::vector<std::vector<int32_t>> random_prompts(int n, int min_len, int max_len, uint32_t seed) {
@@ -22,14 +23,6 @@ std::vector<std::vector<int32_t>> random_prompts(int n, int min_len, int max_len
     out.push_back(p);
   }
   return out;
-}
-
-SamplingParams greedy(int max_new) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.ignore_eos = true;
-  p.max_new_tokens = max_new;
-  return p;
 }
 
 void expect_all_slots_free(Engine& e) {

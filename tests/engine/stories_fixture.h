@@ -62,6 +62,15 @@ inline EngineArgs stories_args(const std::string& kv_dtype) {
   return a;
 }
 
+// Greedy to exactly max_new tokens (EOS ignored).
+inline SamplingParams greedy(int max_new) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.ignore_eos = true;
+  p.max_new_tokens = max_new;
+  return p;
+}
+
 // Runs every request to completion on an engine without a thread; returns each one's output ids.
 inline std::vector<std::vector<int32_t>> generate_all(Engine& engine, const std::vector<std::vector<int32_t>>& prompts,
                                                       const SamplingParams& params) {

@@ -142,5 +142,7 @@ void store_f32(const float* src, int64_t n, const Tensor& t, int64_t offset);
 // dtype (widened a block of rows at a time), one gemv per row so a row's result does not depend on
 // the batch. The GEMM ops' shared core; callers check shapes first.
 void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor& w, float* out);
+// The GEMM ops' common checks: dimensions OpenBLAS's int holds, a float bias [N].
+void check_blas_gemm(std::string_view op, int64_t m, int64_t n, int64_t k, const Tensor* bias);
 
 }  // namespace serve8::cpu

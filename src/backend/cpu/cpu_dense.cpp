@@ -147,6 +147,15 @@ void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float e
   }
 }
 
+void check_blas_gemm(std::string_view op, int64_t m, int64_t n, int64_t k, const Tensor* bias) {
+  SERVE8_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "{}: dimensions M={} N={} K={} exceed OpenBLAS's int", op,
+               m, n, k);
+  if (bias) {
+    check_float(*bias, op, "bias");
+    check_shape(*bias, {n}, op, "bias");
+  }
+}
+
 void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   constexpr std::string_view op = "gemm";
   check_tensor(x, op, "x");
@@ -161,12 +170,7 @@ void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
   const int64_t m = rows_of(x);
   SERVE8_CHECK(out.dim(-1) == n && out.numel() == m * n, "{}: out has shape {}, expected [{}, {}]", op, out.shape_str(),
                m, n);
-  SERVE8_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "{}: dimensions M={} N={} K={} exceed OpenBLAS's int", op,
-               m, n, k);
-  if (bias) {
-    check_float(*bias, op, "bias");
-    check_shape(*bias, {n}, op, "bias");
-  }
+  check_blas_gemm(op, m, n, k, bias);
   if (m == 0 || n == 0) return;
 
   std::vector<float> xbuf;

@@ -53,12 +53,7 @@ void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const T
   check_dtype(w_scale, DType::kF32, op, "w_scale");
   check_shape(x_scale, {m}, op, "x_scale");
   check_shape(w_scale, {n}, op, "w_scale");
-  SERVE8_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "{}: dimensions M={} N={} K={} exceed OpenBLAS's int", op,
-               m, n, k);
-  if (bias) {
-    check_float(*bias, op, "bias");
-    check_shape(*bias, {n}, op, "bias");
-  }
+  check_blas_gemm(op, m, n, k, bias);
   if (m == 0 || n == 0) return;
 
   std::vector<float> xf(static_cast<size_t>(m * k)), acc(static_cast<size_t>(m * n));

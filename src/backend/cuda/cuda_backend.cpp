@@ -19,7 +19,6 @@ using cuda_ops::check_activation;
 using cuda_ops::check_dtype;
 using cuda_ops::check_fp8_rows;
 using cuda_ops::check_present;
-using cuda_ops::cuda_type;
 using cuda_ops::rows_of;
 using cuda_ops::to_int;
 
@@ -321,18 +320,7 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
                  dtype_name(out.dtype));
   }
   SERVE8_CHECK(k > 0 || m == 0 || n == 0, "{}: K is 0", op);
-  GemmArgs a;
-  a.x = x.data;
-  a.w = w.data;
-  a.bias = bias ? bias->data : nullptr;
-  a.out = out.data;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.in_type = cuda_type(x.dtype);
-  a.out_type = cuda_type(out.dtype);
-  a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
-  gemm_->run(a);
+  gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
 }
 
 void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {

@@ -11,7 +11,6 @@ namespace serve8 {
 
 using cuda_ops::check_activation;
 using cuda_ops::check_dtype;
-using cuda_ops::cuda_type;
 
 void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
   const OpScope profile(profiler_, "quantize_fp8");
@@ -71,17 +70,7 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
     launch_fp8_gemv(g, stream_);
     return;
   }
-  GemmArgs a;
-  a.x = xq.data;
-  a.w = wq.data;
-  a.bias = bias ? bias->data : nullptr;
-  a.out = out.data;
-  a.m = m;
-  a.n = n;
-  a.k = k;
-  a.in_type = CUDA_R_8F_E4M3;
-  a.out_type = cuda_type(out.dtype);
-  a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
+  GemmArgs a = cuda_ops::gemm_args(xq, wq, bias, out, m);
   a.x_scale = x_scale.ptr<const float>();
   a.w_scale = w_scale.ptr<const float>();
   gemm_->run(a);

@@ -1,4 +1,4 @@
-// Argument checks and dtype mapping shared by the CUDA backend's op files.
+// Argument checks, dtype mapping and cuBLASLt's arguments shared by the CUDA backend's op files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/gemm.h"
 #include "core/error.h"
 
 namespace serve8::cuda_ops {
@@ -59,6 +60,23 @@ inline cudaDataType_t cuda_type(DType t) {
       return CUDA_R_32I;
   }
   return CUDA_R_32F;
+}
+
+// cuBLASLt's arguments for out[M, N] = x[M, K] · w[N, K]^T (+ bias), types from the tensors
+// (checked by the caller); e4m3 operands add their scales.
+inline GemmArgs gemm_args(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out, int64_t m) {
+  GemmArgs a;
+  a.x = x.data;
+  a.w = w.data;
+  a.bias = bias ? bias->data : nullptr;
+  a.out = out.data;
+  a.m = m;
+  a.n = w.dim(0);
+  a.k = w.dim(1);
+  a.in_type = cuda_type(x.dtype);
+  a.out_type = cuda_type(out.dtype);
+  a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
+  return a;
 }
 
 }  // namespace serve8::cuda_ops
