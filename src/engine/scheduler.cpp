@@ -289,7 +289,10 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
   if (!edits_.empty()) model_.backend().edit_logits(logits, edits_);
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());
-  // Log probabilities of the tokens just drawn, from the same logits, for the rows that asked.
+  // Sampling returns the ids to the host, so this is when the device finished the step's work.
+  last_device_seconds_ = std::chrono::duration<double>(Clock::now() - forward_start_).count();
+  // Log probabilities of the tokens just drawn, from the same logits, for the rows that asked
+  // (after the device time is taken: they are host work on rows copied back).
   std::vector<int32_t> lp_rows, lp_ids;
   int top_n = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -298,8 +301,9 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     lp_ids.push_back(sampled_[i]);
     top_n = std::max(top_n, rows[i].req->params.logprobs);
   }
-  std::vector<std::optional<RowLogprobs>> lps(rows.size());
+  std::vector<std::optional<RowLogprobs>> lps;  // by row, only on steps where a row asked
   if (!lp_rows.empty()) {
+    lps.resize(rows.size());
     std::vector<RowLogprobs> got = model_.backend().logprobs(logits, lp_rows, lp_ids, top_n);
     for (size_t j = 0; j < lp_rows.size(); ++j) {
       RowLogprobs& lp = got[j];
@@ -307,8 +311,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
       lps[static_cast<size_t>(lp_rows[j])] = std::move(lp);
     }
   }
-  // Sampling returns the ids to the host, so this is when the device finished the step's work.
-  last_device_seconds_ = std::chrono::duration<double>(Clock::now() - forward_start_).count();
+  const auto lp_of = [&lps](size_t i) -> const RowLogprobs* { return lps.empty() || !lps[i] ? nullptr : &*lps[i]; };
   std::vector<std::pair<Request*, size_t>> done;
   for (size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i].req;
@@ -321,7 +324,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     if (check_stop(r, token)) {
       done.emplace_back(&r, i);
     } else {
-      emit(r, {token}, lps[i] ? &*lps[i] : nullptr);
+      emit(r, {token}, lp_of(i));
     }
   }
   for (const auto& d : done) {
@@ -329,7 +332,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     const size_t i = d.second;
     release(*r, true);
     counters_.num_finished++;
-    emit(*r, {r->output_ids.back()}, lps[i] ? &*lps[i] : nullptr);
+    emit(*r, {r->output_ids.back()}, lp_of(i));
     auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == r; });
     running_.erase(it);
   }
