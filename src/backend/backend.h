@@ -260,6 +260,9 @@ class Backend {
   virtual void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) = 0;
   // Applies `edits` (LogitEdit) to logits [B, V] fp32 in place, before sample().
   virtual void edit_logits(Tensor logits, std::span<const LogitEdit> edits) = 0;
+  // Constrained decoding: logits[rows[i]][t] = -inf for every token t whose bit is clear in row i
+  // of `allowed` (host memory, ceil(V / 32) int32 words a row; bit t % 32 of word t / 32).
+  virtual void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) = 0;
   // RowLogprobs of rows[i] of logits [B, V] fp32 for token chosen[i] (the logits sample() saw).
   virtual std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
                                             std::span<const int32_t> chosen, int top_n) = 0;

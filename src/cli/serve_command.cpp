@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "model/builtin_models.h"
 #include "server/server.h"
+#include "server/tool_calls.h"
 
 namespace serve8 {
 
@@ -126,6 +127,12 @@ void register_serve(CLI::App& root, SetAction set_action) {
   app->add_option("--drain-seconds", a->server.drain_seconds,
                   "on SIGTERM, how long admitted requests may finish before they are aborted")
       ->capture_default_str();
+  app->add_option("--tool-call-parser", a->server.tool_call_parser,
+                  "how tool calls are read from output with tool_choice auto: " + tool_call_parser_names() +
+                      " (default: from the chat template's markup, else none)")
+      ->check([](const std::string& name) {
+        return tool_call_format_from_name(name) ? std::string() : "unknown parser; known: " + tool_call_parser_names();
+      });
   app->add_option("--max-queued-requests", a->server.max_queued_requests,
                   "answer 503 while this many requests wait (0: unlimited)")
       ->capture_default_str();

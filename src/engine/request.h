@@ -62,6 +62,8 @@ struct Request {
   // the prompt's distinct tokens (repetition_penalty), kept as tokens are sampled.
   std::unordered_map<int32_t, int32_t> output_counts;
   std::vector<int32_t> prompt_tokens;
+  // Constrained requests only: where the output stands in params.compiled_grammar.
+  std::unique_ptr<GrammarMatcher> grammar;
 
   int total_len() const { return static_cast<int>(input_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

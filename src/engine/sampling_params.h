@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tokenizer/grammar.h"
 
 namespace serve8 {
 
@@ -35,6 +38,10 @@ struct SamplingParams {
   // < 0: none; else each generated token's log probability and the `logprobs` (<= 20) most
   // likely tokens of its step.
   int logprobs = -1;
+  // Constrained decoding: the spec as asked, and the grammar the server compiled from it (shared
+  // by the n choices of one request); the engine masks every token the grammar forbids.
+  GrammarSpec grammar;
+  std::shared_ptr<const Grammar> compiled_grammar;
 
   // Whether any of the five above changes the logits.
   bool adjusts_logits() const {

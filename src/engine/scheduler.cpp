@@ -277,6 +277,21 @@ Tensor Scheduler::run(const std::vector<Row>& rows) {
 }
 
 void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) {
+  // Grammar masks first: host work that runs while the device still computes the logits.
+  mask_rows_.clear();
+  mask_words_.clear();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Request& r = *rows[i].req;
+    if (!rows[i].samples || !r.params.compiled_grammar) continue;
+    if (!r.grammar) r.grammar = std::make_unique<GrammarMatcher>(r.params.compiled_grammar);
+    const size_t at = mask_words_.size();
+    mask_words_.resize(at + static_cast<size_t>(r.grammar->mask_words()));
+    if (r.grammar->fill_next_mask(std::span(mask_words_).subspan(at))) {
+      mask_rows_.push_back(static_cast<int32_t>(i));
+    } else {
+      mask_words_.resize(at);  // every token allowed
+    }
+  }
   std::vector<SamplingRow> params(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     const Request& r = *rows[i].req;
@@ -287,6 +302,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
   for (size_t i = 0; i < rows.size(); ++i)
     if (rows[i].samples) append_logit_edits(*rows[i].req, static_cast<int32_t>(i), eos_ids_, edits_);
   if (!edits_.empty()) model_.backend().edit_logits(logits, edits_);
+  if (!mask_rows_.empty()) model_.backend().mask_logits(logits, mask_rows_, mask_words_);
   sampled_.assign(rows.size(), 0);
   model_.backend().sample(logits, params, sampled_.data());
   // Sampling returns the ids to the host, so this is when the device finished the step's work.
@@ -320,6 +336,8 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     const int32_t token = sampled_[i];
     r.output_ids.push_back(token);
     note_sampled(r, token);
+    if (r.grammar && !r.grammar->accept(token))  // only a masked-out token can fail: a bug, said loudly
+      spdlog::error("request {}: the grammar refused token {}, which its mask allowed", r.rid, token);
     counters_.generation_tokens++;
     if (check_stop(r, token)) {
       done.emplace_back(&r, i);
@@ -340,6 +358,12 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
 
 bool Scheduler::check_stop(Request& r, int32_t token) {
   const SamplingParams& p = r.params;
+  // A completed grammar took its stop token (EOS); nothing may follow, even with ignore_eos.
+  if (r.grammar && r.grammar->terminated()) {
+    r.finish = FinishReason::kStop;
+    r.matched_stop = std::to_string(token);
+    return true;
+  }
   if (!p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     r.finish = FinishReason::kStop;
     r.matched_stop = std::to_string(token);

@@ -126,6 +126,7 @@ class Scheduler {
   std::vector<int32_t> tokens_;  // one row's new tokens, while the batch is built
   std::vector<int32_t> sampled_;
   std::vector<LogitEdit> edits_;  // this step's penalties and biases, for edit_logits
+  std::vector<int32_t> mask_rows_, mask_words_;  // this step's grammar masks, for mask_logits
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};
   double last_device_seconds_ = 0.0;

@@ -43,6 +43,7 @@ void check_generation_input(const ServerContext& ctx, GenerationInput& in, const
     throw_invalid("stop", "Stop strings need a tokenizer, and this model has none (use stop_token_ids)");
   const std::string error = p.validate(ctx.vocab_size());
   if (!error.empty()) throw invalid_request(error);
+  if (!p.grammar.empty() && !p.compiled_grammar) p.compiled_grammar = ctx.compile_grammar(p.grammar, p.grammar.source);
 }
 
 GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> inputs, Clock::time_point received,

@@ -180,6 +180,84 @@ void read_penalties(const Json& obj, const char* min_key, const std::function<st
   if (const Json* v = field(obj, "logit_bias")) p.logit_bias = read_logit_bias(*v, path("logit_bias"));
 }
 
+// A schema or structural tag given as a JSON object or as its text.
+std::string json_text(const Json& v, const std::string& param) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object()) return dump_json(v);
+  throw_invalid(param, "'{}' must be a JSON object or its text, got {}", param, type_name(v));
+}
+
+// The one grammar among `keys` of obj (SGLang's regex / json_schema / ebnf / structural_tag).
+void read_grammar_keys(const Json& obj, const std::string& prefix, SamplingParams& p) {
+  using Kind = GrammarSpec::Kind;
+  static const std::pair<const char*, Kind> kKeys[] = {
+      {"regex", Kind::kRegex}, {"json_schema", Kind::kJsonSchema}, {"ebnf", Kind::kEbnf}, {"structural_tag", Kind::kStructuralTag}};
+  for (const auto& key_kind : kKeys) {
+    const Json* v = field(obj, key_kind.first);
+    if (v == nullptr) continue;
+    const std::string param = prefix + key_kind.first;
+    if (!p.grammar.empty())
+      throw_invalid(param, "Only one of regex, json_schema, ebnf, structural_tag and response_format may be given");
+    p.grammar.kind = key_kind.second;
+    p.grammar.source = param;
+    if (key_kind.second == Kind::kRegex || key_kind.second == Kind::kEbnf) {
+      if (!v->is_string()) throw_invalid(param, "'{}' must be a string, got {}", param, type_name(*v));
+      p.grammar.text = v->get<std::string>();
+    } else {
+      p.grammar.text = json_text(*v, param);
+    }
+  }
+}
+
+// OpenAI's response_format: text, json_object, json_schema ({name, schema, strict}) and SGLang's
+// structural_tag (the xgrammar form with "format", or the older structures + triggers).
+void read_response_format(const Json& rf, SamplingParams& p) {
+  using Kind = GrammarSpec::Kind;
+  const auto type = rf.is_object() ? rf.find("type") : rf.end();
+  if (!rf.is_object() || type == rf.end() || !type->is_string())
+    throw_invalid("response_format", "'response_format' must be an object with a 'type'");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return;
+  if (!p.grammar.empty())
+    throw_invalid("response_format", "Only one of regex, ebnf and response_format may be given");
+  p.grammar.source = "response_format";
+  if (t == "json_object") {
+    p.grammar.kind = Kind::kJsonObject;
+  } else if (t == "json_schema") {
+    const Json* js = field(rf, "json_schema");
+    if (js == nullptr || !js->is_object())
+      throw_invalid("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'");
+    const Json* schema = field(*js, "schema");
+    p.grammar.kind = Kind::kJsonSchema;
+    // No schema: any JSON object, as OpenAI's json_schema without one.
+    p.grammar.text = schema ? json_text(*schema, "response_format.json_schema.schema") : R"({"type": "object"})";
+  } else if (t == "structural_tag") {
+    p.grammar.kind = Kind::kStructuralTag;
+    if (field(rf, "format") != nullptr) {
+      p.grammar.text = dump_json(rf);
+    } else {
+      const Json* structures = field(rf, "structures");
+      const Json* triggers = field(rf, "triggers");
+      if (structures == nullptr || !structures->is_array() || triggers == nullptr || !triggers->is_array())
+        throw_invalid("response_format", "A structural_tag response_format needs 'format', or 'structures' and 'triggers'");
+      Json tags = Json::array();
+      for (const Json& s : *structures) {
+        if (!s.is_object() || !s.contains("begin") || !s.contains("end"))
+          throw_invalid("response_format.structures", "Each structure needs 'begin', 'schema' and 'end'");
+        tags.push_back({{"type", "tag"},
+                        {"begin", s["begin"]},
+                        {"content", {{"type", "json_schema"}, {"json_schema", s.value("schema", Json::object())}}},
+                        {"end", s["end"]}});
+      }
+      p.grammar.text = dump_json(Json{{"type", "structural_tag"},
+                                      {"format", {{"type", "triggered_tags"}, {"triggers", *triggers}, {"tags", tags}}}});
+    }
+  } else {
+    throw_invalid("response_format.type",
+                  "'response_format.type' must be text, json_object, json_schema or structural_tag, got '{}'", t);
+  }
+}
+
 }  // namespace
 
 void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& p,
@@ -235,7 +313,7 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
   read_penalties(sp, "min_new_tokens", [&](const char* key) { return path(key); }, p);
   if (auto v = read_bool(sp, "no_stop_trim", path("no_stop_trim")); v && *v)
     throw_invalid(path("no_stop_trim"), "'no_stop_trim' is not supported by serve8");
-  for (const char* key : {"regex", "json_schema", "ebnf", "structural_tag"}) check_absent(sp, key, path(key));
+  read_grammar_keys(sp, param + ".", p);
 }
 
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p, bool& max_tokens_given) {
@@ -275,18 +353,22 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
     }
     check_absent(body, "top_logprobs", "top_logprobs");
   }
-  check_absent(body, "tools", "tools");
   // min_tokens is vLLM's name for it in OpenAI bodies; repetition_penalty an extension of both.
   read_penalties(body, "min_tokens", [](const char* key) { return std::string(key); }, p);
   // Completions echo the prompt (without log probabilities yet); chat has no echo in OpenAI's API.
   if (auto v = read_bool(body, "echo", "echo"); v && *v && (chat || field(body, "logprobs") != nullptr))
     throw_invalid("echo", "'echo' is {}", chat ? "a completions parameter" : "not supported with 'logprobs'");
   if (!chat && field(body, "suffix") != nullptr) throw_invalid("suffix", "'suffix' is not supported by serve8");
-  if (const Json* rf = field(body, "response_format")) {
-    const auto type = rf->is_object() ? rf->find("type") : rf->end();
-    if (!rf->is_object() || type == rf->end() || *type != "text")
-      throw_invalid("response_format", "Only response_format {{\"type\": \"text\"}} is supported");
+  // SGLang's extensions of OpenAI's bodies: regex and ebnf beside response_format.
+  for (const char* key : {"regex", "ebnf"}) {
+    if (const Json* v = field(body, key)) {
+      if (!v->is_string()) throw_invalid(key, "'{}' must be a string, got {}", key, type_name(*v));
+      if (!p.grammar.empty()) throw_invalid(key, "Only one of regex, ebnf and response_format may be given");
+      p.grammar = GrammarSpec{std::string(key) == "regex" ? GrammarSpec::Kind::kRegex : GrammarSpec::Kind::kEbnf,
+                              v->get<std::string>(), key};
+    }
   }
+  if (const Json* rf = field(body, "response_format")) read_response_format(*rf, p);
 }
 
 int read_openai_n(const Json& body) {

@@ -50,8 +50,8 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
                                   bool& max_new_tokens_given);
 // The sampling fields of an OpenAI completions or chat body, with SGLang/vLLM's extensions
 // (top_k, min_p, ignore_eos, stop_token_ids, skip_special_tokens, repetition_penalty, min_tokens).
-// What serve8 does not implement (tools, prompt log probabilities, suffix, structured
-// response_format) is a 400.
+// response_format (json_object, json_schema, structural_tag) and SGLang's regex / ebnf set
+// out.grammar. What serve8 does not implement (prompt log probabilities, suffix) is a 400.
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& out, bool& max_tokens_given);
 // OpenAI's "n": choices per prompt, 1 to kMaxChoices (OpenAI's own limit).
 constexpr int kMaxChoices = 128;

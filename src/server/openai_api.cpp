@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/json_params.h"
 #include "server/logprobs_json.h"
@@ -13,8 +14,10 @@ namespace serve8 {
 
 namespace {
 
-Json finish_reason(const TextOutput& out) {
+// "tool_calls" when the choice ended by itself with calls (a call cut by max_tokens stays "length").
+Json finish_reason(const TextOutput& out, bool called = false) {
   if (!out.finished()) return nullptr;
+  if (called && out.reason() == FinishReason::kStop) return "tool_calls";
   return finish_reason_name(out.reason());
 }
 
@@ -101,48 +104,21 @@ std::vector<GenerationInput> completion_prompts(const ServerContext& ctx, const 
   return inputs;
 }
 
-std::vector<ChatMessage> chat_messages(const Json& body) {
-  auto it = body.find("messages");
-  if (it == body.end() || !it->is_array() || it->empty())
-    throw_invalid("messages", "'messages' must be a non-empty list of messages");
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const Json& m = (*it)[i];
-    const std::string param = fmt::format("messages[{}]", i);
-    if (!m.is_object()) throw_invalid(param, "'{}' must be an object with 'role' and 'content'", param);
-    ChatMessage msg;
-    msg.role = read_string(m, "role", param + ".role").value_or("");
-    if (msg.role.empty()) throw_invalid(param + ".role", "'{}.role' is required", param);
-    if (msg.role == "developer") msg.role = "system";  // OpenAI's newer name for the system role
-    auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
-      msg.content = "";
-    } else if (content->is_string()) {
-      msg.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const Json& part : *content) {
-        // Read "type" without value(), which throws (a 500) when the field is not a string.
-        const auto type = part.is_object() ? part.find("type") : part.end();
-        if (!part.is_object() || type == part.end() || !type->is_string() || *type != "text" ||
-            !part.contains("text") || !part["text"].is_string())
-          throw_invalid(param + ".content", "Only text content parts are supported");
-        msg.content += part["text"].get<std::string>();
-      }
-    } else {
-      throw_invalid(param + ".content", "'{}.content' must be a string or a list of text parts", param);
-    }
-    messages.push_back(std::move(msg));
-  }
-  return messages;
-}
-
 // echo: completions' "echo", each prompt's text put before its choices' text (empty: no echo).
+// tools: chat's tools when the output may hold calls (null: text only).
 void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool chat,
                 std::vector<GenerationInput> inputs, const Common& c, Clock::time_point received,
-                std::vector<std::string> echo = {}) {
+                std::vector<std::string> echo = {}, std::shared_ptr<const ToolsRequest> tools = nullptr) {
   SamplingParams params;
   bool max_given = false;
+  if (tools && tools->forcing()) {
+    const Json* rf = field(body, "response_format");
+    if (rf && !(rf->is_object() && rf->value("type", Json()) == "text"))
+      throw_invalid("tool_choice", "'tool_choice' \"{}\" constrains the output, and so does response_format: send one",
+                    tools->choice == ToolsRequest::Choice::kNamed ? tools->forced : "required");
+  }
   parse_openai_sampling_params(body, chat, params, max_given);
+  if (tools) apply_tool_choice(*tools, field(body, "skip_special_tokens") != nullptr, params);
   const int choices = read_openai_n(body);
   // Completions' best_of: that many candidates per prompt, the `n` with the highest total log
   // probability returned (OpenAI's rule; not streamed).
@@ -184,6 +160,11 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
   const Tokenizer* tok = ctx.tokenizer();
   const bool want_lp = show_lp;
   auto lp_sent = std::make_shared<std::vector<size_t>>(run->size(), 0);
+  // Each choice's tool calls, parsed from its text as it streams.
+  auto new_call_id = [&ctx] { return "call_" + ctx.new_request_id().substr(0, 24); };
+  auto tool_out = std::make_shared<std::vector<std::unique_ptr<ToolCallOutput>>>();
+  if (tools)
+    for (size_t i = 0; i < run->size(); ++i) tool_out->push_back(std::make_unique<ToolCallOutput>(*tools, new_call_id));
   auto echo_len = [echo_of, n](size_t i) { return echo_of->empty() ? size_t{0} : (*echo_of)[i / static_cast<size_t>(n)].size(); };
   auto logprobs_of = [=](const TextOutput& o, size_t i, size_t begin, size_t end) -> Json {
     if (!want_lp) return nullptr;
@@ -194,14 +175,27 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
       TextOutput& o = r.output(i);
       std::string delta = o.take_delta();
       if (!chat && !echo_of->empty() && !(*opened)[i]) delta = (*echo_of)[i / static_cast<size_t>(n)] + delta;
-      if (delta.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
+      ToolOutputDelta calls;
+      if (!tool_out->empty()) {
+        ToolCallOutput& t = *(*tool_out)[i];
+        calls = t.push(delta);
+        if (o.finished()) {
+          ToolOutputDelta rest = t.finish();
+          calls.content += rest.content;
+          calls.calls.insert(calls.calls.end(), rest.calls.begin(), rest.calls.end());
+        }
+        delta = std::move(calls.content);
+      }
+      if (delta.empty() && calls.calls.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
+      const bool called = !tool_out->empty() && !(*tool_out)[i]->calls().empty();
       Json choice = {{"index", i}, {"logprobs", logprobs_of(o, i, (*lp_sent)[i], o.logprobs().size())},
-                     {"finish_reason", finish_reason(o)}};
+                     {"finish_reason", finish_reason(o, called)}};
       (*lp_sent)[i] = o.logprobs().size();
       if (chat) {
         Json d = Json::object();
         if (!(*opened)[i]) d["role"] = "assistant";
         if (!delta.empty() || !(*opened)[i]) d["content"] = delta;
+        if (!calls.calls.empty()) d["tool_calls"] = tool_call_deltas_json(calls.calls);
         (*opened)[i] = true;
         choice["delta"] = d;
       } else {
@@ -250,7 +244,15 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
                      {"matched_stop", matched_stop(o)}};
       const std::string text =
           (echo_of->empty() ? std::string() : (*echo_of)[i / static_cast<size_t>(n)]) + std::string(o.visible_text());
-      if (chat) {
+      if (chat && tools) {
+        // The calls' markup leaves the content; with calls and nothing else it is null, as OpenAI's.
+        const ParsedToolCalls parsed = ToolCallOutput(*tools, new_call_id).parse(text);
+        const bool called = !parsed.calls.empty();
+        choice["message"] = {{"role", "assistant"},
+                             {"content", called && parsed.content.empty() ? Json(nullptr) : Json(parsed.content)}};
+        if (called) choice["message"]["tool_calls"] = tool_calls_json(parsed.calls);
+        choice["finish_reason"] = finish_reason(o, called);
+      } else if (chat) {
         choice["message"] = {{"role", "assistant"}, {"content", text}};
       } else {
         choice["text"] = text;
@@ -287,23 +289,19 @@ void register_openai_routes(Router& server, ServerContext& ctx) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Common c = read_common(ctx, body, "chatcmpl-");
-    const std::vector<ChatMessage> messages = chat_messages(body);
+    const OJson ordered = parse_ordered_body(req.body);
+    const OJson messages = chat_messages(ordered);
     if (ctx.tokenizer() == nullptr)
       throw_invalid("messages", "This model has no tokenizer, so it cannot serve chat; use /generate with input_ids");
     if (!ctx.tokenizer()->has_chat_template())
       throw_invalid("messages", "This model has no chat template; use /v1/completions");
-    size_t bytes = 0;
-    for (const ChatMessage& m : messages) bytes += m.content.size();
-    ctx.check_prompt_bytes(bytes, "messages");
+    auto tools = std::make_shared<const ToolsRequest>(read_chat_tools(ordered, ctx.tool_call_format));
     GenerationInput in;
-    try {
-      in.input_ids = ctx.tokenizer()->encode_chat(messages, true);
-    } catch (const Error& e) {
-      throw invalid_request(e.what(), "messages");
-    }
+    in.input_ids = encode_chat_prompt(ctx, messages, *tools, "messages");
     std::vector<GenerationInput> inputs;
     inputs.push_back(std::move(in));
-    run_openai(ctx, res, body, true, std::move(inputs), c, received);
+    run_openai(ctx, res, body, true, std::move(inputs), c, received, {},
+               tools->choice == ToolsRequest::Choice::kNone ? nullptr : tools);
   });
 }
 

@@ -1,11 +1,15 @@
-// OpenAI's Responses API, for text: POST /v1/responses with `input` (a string or a list of
-// messages), `instructions`, `max_output_tokens`, `temperature`, `top_p`, `stream`; the reply is
-// one assistant message, or its events when streamed (response.created ... output_text.delta ...
-// response.completed). Tools, stored conversations and structured formats are refused by name.
+// OpenAI's Responses API: POST /v1/responses with `input` (a string, or message, function_call
+// and function_call_output items), `instructions`, `tools`, `tool_choice`, `max_output_tokens`,
+// `temperature`, `top_p`, `stream`; the reply is an assistant message and function_call items, or
+// their events when streamed (response.created ... output_text.delta ...
+// function_call_arguments.delta ... response.completed). Stored conversations and structured
+// formats are refused by name.
 #include <ctime>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "server/chat_prompt.h"
 #include "server/generation.h"
 #include "server/json_params.h"
 #include "server/routes.h"
@@ -14,52 +18,11 @@ namespace serve8 {
 
 namespace {
 
-// The text of a message's content: a string, or input_text / output_text / text parts.
-std::string content_text(const Json& content, const std::string& param) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) throw_invalid(param, "'{}' must be a string or a list of text parts", param);
-  std::string text;
-  for (const Json& part : content) {
-    const auto type = part.is_object() ? part.find("type") : part.end();
-    const bool is_text = type != part.end() && type->is_string() &&
-                         (*type == "input_text" || *type == "output_text" || *type == "text");
-    if (!is_text || !part.contains("text") || !part["text"].is_string())
-      throw_invalid(param, "Only text content parts are supported");
-    text += part["text"].get<std::string>();
-  }
-  return text;
-}
-
-std::vector<ChatMessage> response_messages(const Json& body) {
-  std::vector<ChatMessage> messages;
-  if (auto instructions = read_string(body, "instructions", "instructions")) messages.push_back({"system", *instructions});
-  const auto it = body.find("input");
-  if (it == body.end() || it->is_null()) throw_invalid("input", "'input' is required");
-  if (it->is_string()) {
-    messages.push_back({"user", it->get<std::string>()});
-  } else if (it->is_array() && !it->empty()) {
-    for (size_t i = 0; i < it->size(); ++i) {
-      const Json& m = (*it)[i];
-      const std::string param = fmt::format("input[{}]", i);
-      if (!m.is_object() || !m.contains("role")) throw_invalid(param, "'{}' must be a message with a role", param);
-      if (auto type = read_string(m, "type", param + ".type"); type && *type != "message")
-        throw_invalid(param + ".type", "Only message items are supported, got '{}'", *type);
-      ChatMessage msg;
-      msg.role = read_string(m, "role", param + ".role").value_or("");
-      if (msg.role == "developer") msg.role = "system";
-      msg.content = m.contains("content") ? content_text(m["content"], param + ".content") : "";
-      messages.push_back(std::move(msg));
-    }
-  } else {
-    throw_invalid("input", "'input' must be a string or a non-empty list of messages");
-  }
-  return messages;
-}
-
 struct Reply {
   std::string id, message_id, model;
   int64_t created = 0;
   Json echo;  // the request's settings, repeated in every response object
+  std::shared_ptr<const ToolsRequest> tools;  // null: the output is text
 };
 
 Json usage_of(const GenerationRun& r) {
@@ -82,7 +45,30 @@ Json message_item(const Reply& rp, const std::string& text, bool done) {
           {"content", content}};
 }
 
-Json response_object(const Reply& rp, const GenerationRun* r) {
+Json function_call_item(const std::string& item_id, const ToolCall& call, bool done) {
+  return {{"type", "function_call"},
+          {"id", item_id},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", done ? call.arguments_json : ""},
+          {"status", done ? "completed" : "in_progress"}};
+}
+
+std::string new_call_id(ServerContext& ctx) { return "call_" + ctx.new_request_id().substr(0, 24); }
+std::string new_item_id(ServerContext& ctx) { return "fc_" + ctx.new_request_id().substr(0, 24); }
+
+// The output items of a whole text: the message (unless calls are all there is), then the calls.
+Json output_items(ServerContext& ctx, const Reply& rp, const std::string& text) {
+  if (!rp.tools) return Json::array({message_item(rp, text, true)});
+  const ParsedToolCalls parsed = ToolCallOutput(*rp.tools, [&ctx] { return new_call_id(ctx); }).parse(text);
+  Json items = Json::array();
+  if (parsed.calls.empty() || !parsed.content.empty()) items.push_back(message_item(rp, parsed.content, true));
+  for (const ToolCall& call : parsed.calls) items.push_back(function_call_item(new_item_id(ctx), call, true));
+  return items;
+}
+
+// `output`: the items once finished (r != null).
+Json response_object(const Reply& rp, const GenerationRun* r, Json output = Json::array()) {
   Json obj = rp.echo;
   obj["id"] = rp.id;
   obj["object"] = "response";
@@ -100,18 +86,124 @@ Json response_object(const Reply& rp, const GenerationRun* r) {
   const bool cut = o.reason() == FinishReason::kLength;
   obj["status"] = cut ? "incomplete" : "completed";
   obj["incomplete_details"] = cut ? Json{{"reason", "max_output_tokens"}} : Json(nullptr);
-  obj["output"] = Json::array({message_item(rp, std::string(o.visible_text()), true)});
+  obj["output"] = std::move(output);
   obj["usage"] = usage_of(*r);
   return obj;
 }
+
+// A streamed response's events, numbered, for one message and any function calls, each item
+// opened when its first text arrives (the message at once when there are no tools).
+class ResponseEvents {
+ public:
+  ResponseEvents(ServerContext& ctx, Reply rp)
+      : ctx_(ctx), rp_(std::move(rp)) {
+    if (rp_.tools) tools_ = std::make_unique<ToolCallOutput>(*rp_.tools, [this] { return new_call_id(ctx_); });
+  }
+
+  void change(GenerationRun& r, std::vector<std::string>& out) {
+    if (!created_) {
+      created_ = true;
+      out.push_back(event("response.created", {{"response", response_object(rp_, nullptr)}}));
+      if (!tools_) open_message(out);
+    }
+    const std::string delta = r.output(0).take_delta();
+    if (tools_) {
+      add(tools_->push(delta), out);
+    } else {
+      add_text(delta, out);
+    }
+  }
+
+  void end(GenerationRun& r, std::vector<std::string>& out) {
+    if (tools_) add(tools_->finish(), out);
+    if (message_index_ < 0 && calls_.empty()) open_message(out);
+    // The items' done events, in output order.
+    Json items = Json::array();
+    for (int index = 0; index < next_index_; ++index) {
+      if (index == message_index_) {
+        Json done = where();
+        done["text"] = text_;
+        done["logprobs"] = Json::array();
+        out.push_back(event("response.output_text.done", done));
+        Json part = where();
+        part["part"] = {{"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}};
+        out.push_back(event("response.content_part.done", part));
+        items.push_back(message_item(rp_, text_, true));
+      } else {
+        const auto& [item_id, k] = calls_.at(static_cast<size_t>(index));
+        const ToolCall& call = tools_->calls()[k];
+        out.push_back(event("response.function_call_arguments.done",
+                            {{"item_id", item_id}, {"output_index", index}, {"arguments", call.arguments_json}}));
+        items.push_back(function_call_item(item_id, call, true));
+      }
+      out.push_back(event("response.output_item.done", {{"output_index", index}, {"item", items.back()}}));
+    }
+    out.push_back(event("response.completed", {{"response", response_object(rp_, &r, items)}}));
+  }
+
+ private:
+  std::string event(const char* type, Json data) {
+    data["type"] = type;
+    data["sequence_number"] = seq_++;
+    return fmt::format("event: {}\ndata: {}\n\n", type, dump_json(data));
+  }
+
+  Json where() const { return {{"item_id", rp_.message_id}, {"output_index", message_index_}, {"content_index", 0}}; }
+
+  void open_message(std::vector<std::string>& out) {
+    message_index_ = next_index_++;
+    out.push_back(event("response.output_item.added", {{"output_index", message_index_}, {"item", message_item(rp_, "", false)}}));
+    Json part = where();
+    part["part"] = {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
+    out.push_back(event("response.content_part.added", part));
+  }
+
+  void add_text(const std::string& delta, std::vector<std::string>& out) {
+    if (delta.empty()) return;
+    if (message_index_ < 0) open_message(out);
+    text_ += delta;
+    Json d = where();
+    d["delta"] = delta;
+    d["logprobs"] = Json::array();
+    out.push_back(event("response.output_text.delta", d));
+  }
+
+  void add(const ToolOutputDelta& delta, std::vector<std::string>& out) {
+    add_text(delta.content, out);
+    for (const ToolCallDelta& d : delta.calls) {
+      if (d.first) {
+        calls_[next_index_] = {new_item_id(ctx_), d.index};
+        by_call_.push_back(next_index_);
+        const auto& [item_id, k] = calls_[next_index_];
+        out.push_back(event("response.output_item.added",
+                            {{"output_index", next_index_}, {"item", function_call_item(item_id, tools_->calls()[k], false)}}));
+        ++next_index_;
+      }
+      if (d.arguments.empty()) continue;
+      const int index = by_call_.at(d.index);
+      out.push_back(event("response.function_call_arguments.delta",
+                          {{"item_id", calls_.at(static_cast<size_t>(index)).first}, {"output_index", index},
+                           {"delta", d.arguments}}));
+    }
+  }
+
+  ServerContext& ctx_;
+  Reply rp_;
+  std::unique_ptr<ToolCallOutput> tools_;
+  int64_t seq_ = 0;
+  bool created_ = false;
+  int next_index_ = 0;      // the next item's output_index
+  int message_index_ = -1;  // -1 until the message is opened
+  std::string text_;
+  std::map<size_t, std::pair<std::string, size_t>> calls_;  // output_index -> item id, call number
+  std::vector<int> by_call_;                                 // call number -> output_index
+};
 
 void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& res) {
   const auto received = Clock::now();
   const Json body = parse_json_object(req.body);
   check_model(ctx, body);
   for (const char* key : {"previous_response_id", "conversation", "prompt"}) check_absent(body, key, key);
-  if (const Json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-    throw_invalid("tools", "'tools' is not supported by serve8 yet");
   if (const Json* text = field(body, "text")) {
     const Json* format = text->is_object() ? field(*text, "format") : nullptr;
     if (!text->is_object() || (format && (!format->is_object() || format->value("type", Json()) != "text")))
@@ -119,17 +211,12 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   }
   if (ctx.tokenizer() == nullptr || !ctx.tokenizer()->has_chat_template())
     throw_invalid("input", "This model has no chat template; use /v1/completions");
-  const std::vector<ChatMessage> messages = response_messages(body);
-  size_t bytes = 0;
-  for (const ChatMessage& m : messages) bytes += m.content.size();
-  ctx.check_prompt_bytes(bytes, "input");
+  const OJson ordered = parse_ordered_body(req.body);
+  const OJson messages = response_input_messages(ordered);
+  auto tools = std::make_shared<const ToolsRequest>(read_response_tools(ordered, ctx.tool_call_format));
 
   GenerationInput in;
-  try {
-    in.input_ids = ctx.tokenizer()->encode_chat(messages, true);
-  } catch (const Error& e) {
-    throw invalid_request(e.what(), "input");
-  }
+  in.input_ids = encode_chat_prompt(ctx, messages, *tools, "input");
   in.params.max_new_tokens = std::numeric_limits<int32_t>::max();
   if (auto v = read_integer(body, "max_output_tokens", "max_output_tokens")) {
     in.params.max_new_tokens = to_int32(*v, "max_output_tokens");
@@ -147,65 +234,36 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   rp.message_id = "msg_" + ctx.new_request_id();
   rp.model = ctx.options.served_model_name;
   rp.created = static_cast<int64_t>(std::time(nullptr));
+  const Json* tool_choice = field(body, "tool_choice");
   rp.echo = {{"instructions", body.value("instructions", Json())},
              {"max_output_tokens", body.value("max_output_tokens", Json())},
              {"temperature", in.params.temperature},
              {"top_p", in.params.top_p},
-             {"tools", Json::array()},
-             {"tool_choice", "auto"},
-             {"parallel_tool_calls", false},
+             {"tools", body.contains("tools") && body["tools"].is_array() ? body["tools"] : Json::array()},
+             {"tool_choice", tool_choice ? *tool_choice : Json("auto")},
+             {"parallel_tool_calls", tools->parallel},
              {"text", {{"format", {{"type", "text"}}}}},
              {"metadata", body.value("metadata", Json::object())}};
+  if (tools->choice != ToolsRequest::Choice::kNone) {
+    apply_tool_choice(*tools, /*skip_special_tokens_given=*/false, in.params);
+    rp.tools = tools;
+  }
   in.rid = rp.id;
   check_generation_input(ctx, in, "input", "max_output_tokens");
   std::vector<GenerationInput> inputs;
   inputs.push_back(std::move(in));
   auto run = std::make_shared<GenerationRun>(ctx, std::move(inputs), received);
 
-  // Streamed: the events OpenAI sends for one text message, numbered.
-  struct State {
-    int64_t seq = 0;
-    bool opened = false;
-  };
-  auto st = std::make_shared<State>();
-  auto event = [st](const char* type, Json data) {
-    data["type"] = type;
-    data["sequence_number"] = st->seq++;
-    return fmt::format("event: {}\ndata: {}\n\n", type, dump_json(data));
-  };
-  const Json where = {{"item_id", rp.message_id}, {"output_index", 0}, {"content_index", 0}};
+  auto events = std::make_shared<ResponseEvents>(ctx, rp);
   StreamFormat format;
   format.whole_events = true;
-  format.on_change = [=](GenerationRun& r, const std::vector<size_t>&, std::vector<std::string>& out) {
-    if (!st->opened) {
-      st->opened = true;
-      out.push_back(event("response.created", {{"response", response_object(rp, nullptr)}}));
-      out.push_back(event("response.output_item.added", {{"output_index", 0}, {"item", message_item(rp, "", false)}}));
-      Json part = where;
-      part["part"] = {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}};
-      out.push_back(event("response.content_part.added", part));
-    }
-    const std::string delta = r.output(0).take_delta();
-    if (delta.empty()) return;
-    Json d = where;
-    d["delta"] = delta;
-    d["logprobs"] = Json::array();
-    out.push_back(event("response.output_text.delta", d));
+  format.on_change = [events](GenerationRun& r, const std::vector<size_t>&, std::vector<std::string>& out) {
+    events->change(r, out);
   };
-  format.on_end = [=](GenerationRun& r, std::vector<std::string>& out) {
-    const std::string text(r.output(0).visible_text());
-    Json done = where;
-    done["text"] = text;
-    done["logprobs"] = Json::array();
-    out.push_back(event("response.output_text.done", done));
-    Json part = where;
-    part["part"] = {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
-    out.push_back(event("response.content_part.done", part));
-    out.push_back(event("response.output_item.done", {{"output_index", 0}, {"item", message_item(rp, text, true)}}));
-    out.push_back(event("response.completed", {{"response", response_object(rp, &r)}}));
-  };
-  respond_with_run(res, run, stream ? &format : nullptr,
-                   [rp](GenerationRun& r) { return dump_json(response_object(rp, &r)); });
+  format.on_end = [events](GenerationRun& r, std::vector<std::string>& out) { events->end(r, out); };
+  respond_with_run(res, run, stream ? &format : nullptr, [&ctx, rp](GenerationRun& r) {
+    return dump_json(response_object(rp, &r, output_items(ctx, rp, std::string(r.output(0).visible_text()))));
+  });
 }
 
 }  // namespace

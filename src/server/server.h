@@ -32,6 +32,9 @@ struct ServerOptions {
   // Origins browsers may call from (CORS): their requests get Access-Control-Allow-Origin; "*"
   // allows any. Empty (the default): no CORS headers.
   std::vector<std::string> allowed_origins;
+  // How tool calls are read from the output with tool_choice "auto" (--tool-call-parser: "qwen25",
+  // "hermes", "llama3", "mistral", ...). Empty: the chat template's markup decides, else none.
+  std::string tool_call_parser;
 };
 
 class HttpServer {

@@ -5,8 +5,10 @@
 #include <random>
 #include <span>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "server/api_error.h"
+#include "tokenizer/jinja_chat_template.h"
 
 namespace serve8 {
 
@@ -20,6 +22,17 @@ ServerContext::ServerContext(Engine& e, const EngineArgs& args, const ServerOpti
     for (int32_t id = 0; id < t->vocab_size(); ++id)
       longest_token_bytes_ = std::max(longest_token_bytes_, t->decode(std::span<const int32_t>(&id, 1), false).size());
   }
+  if (!options.tool_call_parser.empty()) {
+    const std::optional<ToolCallFormat> format = tool_call_format_from_name(options.tool_call_parser);
+    SERVE8_CHECK(format.has_value(), "--tool-call-parser: unknown parser '{}' (known: {})", options.tool_call_parser,
+                 tool_call_parser_names());
+    tool_call_format = *format;
+  } else if (e.tokenizer() != nullptr && e.tokenizer()->jinja_chat_template() != nullptr) {
+    tool_call_format = detect_tool_call_format(e.tokenizer()->jinja_chat_template()->source());
+    if (tool_call_format != ToolCallFormat::kNone)
+      spdlog::info("tool calls: the chat template writes them as {} does (--tool-call-parser replaces it)",
+                   tool_call_format_name(tool_call_format));
+  }
 }
 
 void ServerContext::check_prompt_bytes(size_t bytes, const std::string& param) const {
@@ -29,6 +42,19 @@ void ServerContext::check_prompt_bytes(size_t bytes, const std::string& param) c
                   "The prompt has {} bytes: more than this model's maximum context length of {} tokens can hold "
                   "(its longest token has {} bytes)",
                   bytes, context_length(), longest_token_bytes_);
+}
+
+std::shared_ptr<const Grammar> ServerContext::compile_grammar(const GrammarSpec& spec, const std::string& param) const {
+  const Tokenizer* tok = tokenizer();
+  if (tok == nullptr) throw_invalid(param, "Constrained decoding needs a tokenizer, and this model has none");
+  std::call_once(grammar_once_, [this, tok] {
+    grammar_compiler_ = std::make_unique<GrammarCompiler>(*tok, vocab_size(), tok->eos_ids());
+  });
+  try {
+    return grammar_compiler_->compile(spec);
+  } catch (const Error& e) {
+    throw_invalid(param, "'{}' does not compile: {}", param, e.what());
+  }
 }
 
 std::vector<int32_t> ServerContext::encode_prompt(const std::string& text, const std::string& param) const {

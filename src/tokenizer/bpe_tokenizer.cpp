@@ -166,6 +166,21 @@ std::vector<int32_t> BpeTokenizer::encode_segments(const std::vector<ChatSegment
   return ids;
 }
 
+std::string BpeTokenizer::token_bytes(int id) const {
+  check_id(id);
+  const std::string* token = nullptr;
+  if (const int32_t added = added_by_id_[id]; added >= 0) {
+    if (spec_.added_tokens[added].special) return "";
+    token = &spec_.added_tokens[added].content;
+  } else {
+    token = spec_.model->id_to_token(id);
+    if (token == nullptr) return "";
+  }
+  std::string bytes;
+  if (!byte_level_decode(*token, bytes)) bytes = *token;
+  return bytes;
+}
+
 std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   for (int32_t id : ids) check_id(id);
   std::string bytes;

@@ -45,6 +45,7 @@ class BpeTokenizer final : public TemplatedTokenizer {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const override;
+  std::string token_bytes(int id) const override;
   int vocab_size() const override { return vocab_size_; }
   int bos_id() const override { return bos_id_; }
   std::string id_to_piece(int id) const override;

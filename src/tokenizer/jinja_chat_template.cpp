@@ -27,7 +27,7 @@ using jinja::Value;
 
 JinjaChatTemplate::JinjaChatTemplate(std::string_view source,
                                      const std::vector<std::pair<std::string, std::string>>& special_tokens)
-    : template_(source) {
+    : source_(source), template_(source) {
   for (const auto& [name, token] : special_tokens) special_tokens_.set(Value::string(name), Value::string(token));
 }
 

@@ -38,7 +38,11 @@ class JinjaChatTemplate final : public ChatTemplate {
   jinja::TaintedString render_values(const jinja::Value& messages, const jinja::Value& tools,
                                      bool add_generation_prompt, const jinja::Dict& extra = {}) const;
 
+  // The template's text, as given (the server reads a model's tool-call markup from it).
+  const std::string& source() const { return source_; }
+
  private:
+  std::string source_;
   jinja::JinjaTemplate template_;
   jinja::Dict special_tokens_;
 };

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "tokenizer/jinja_chat_template.h"
 
 namespace serve8 {
 namespace {
@@ -126,6 +127,23 @@ std::string SentencePieceTokenizer::id_to_piece(int id) const {
   return sp_->IdToPiece(id);
 }
 
+std::string SentencePieceTokenizer::token_bytes(int id) const {
+  check_id(id);
+  if (is_special(id)) return "";
+  const std::string piece = sp_->IdToPiece(id);
+  if (sp_->IsByte(id)) return std::string(1, static_cast<char>(std::stoi(piece.substr(3, 2), nullptr, 16)));
+  std::string text;
+  for (std::size_t pos = 0; pos < piece.size();) {
+    if (piece.compare(pos, 3, "\xe2\x96\x81") == 0) {  // "▁", SentencePiece's space
+      text += ' ';
+      pos += 3;
+    } else {
+      text += piece[pos++];
+    }
+  }
+  return text;
+}
+
 std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int> pieces;
   const auto status = sp_->Encode(text, &pieces);
@@ -188,8 +206,23 @@ std::string SentencePieceTokenizer::apply_chat_template(const std::vector<ChatMe
 
 std::vector<int32_t> SentencePieceTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
                                                          bool add_generation_prompt) const {
+  return encode_segments(chat_template_->render(messages, add_generation_prompt));
+}
+
+const JinjaChatTemplate* SentencePieceTokenizer::jinja_chat_template() const {
+  return dynamic_cast<const JinjaChatTemplate*>(chat_template_.get());
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode_chat_values(const jinja::Value& messages, const jinja::Value& tools,
+                                                                bool add_generation_prompt) const {
+  const JinjaChatTemplate* jinja_template = jinja_chat_template();
+  if (jinja_template == nullptr) return Tokenizer::encode_chat_values(messages, tools, add_generation_prompt);
+  return encode_segments(jinja::to_segments(jinja_template->render_values(messages, tools, add_generation_prompt)));
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode_segments(const std::vector<ChatSegment>& segments) const {
   std::vector<int32_t> ids;
-  for (const ChatSegment& segment : chat_template_->render(messages, add_generation_prompt)) {
+  for (const ChatSegment& segment : segments) {
     if (segment.bos && bos_id_ >= 0) ids.push_back(bos_id_);
     const std::vector<int32_t> text_ids = encode(segment.text, /*add_special_tokens=*/false);
     ids.insert(ids.end(), text_ids.begin(), text_ids.end());

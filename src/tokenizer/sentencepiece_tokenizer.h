@@ -24,6 +24,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const override;
+  std::string token_bytes(int id) const override;
   int vocab_size() const override;
   int bos_id() const override { return bos_id_; }
   std::vector<int> eos_ids() const override { return eos_ids_; }
@@ -31,6 +32,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   bool has_chat_template() const override { return true; }  // Llama-2's unless replaced
+  const JinjaChatTemplate* jinja_chat_template() const override;
+  std::vector<int32_t> encode_chat_values(const jinja::Value& messages, const jinja::Value& tools,
+                                          bool add_generation_prompt) const override;
 
   int eos_id() const { return eos_id_; }  // the model's own EOS, the one closing chat turns
   bool add_bos_token() const { return add_bos_token_; }
@@ -43,6 +47,7 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   void read_configs(const std::string& dir);
   void check_id(int id) const;
+  std::vector<int32_t> encode_segments(const std::vector<ChatSegment>& segments) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::unique_ptr<ChatTemplate> chat_template_;

@@ -244,6 +244,23 @@ std::vector<int32_t> SpmBpeTokenizer::encode_segments(const std::vector<ChatSegm
   return ids;
 }
 
+std::string SpmBpeTokenizer::token_bytes(int id) const {
+  check_id(id);
+  if (byte_values_[id] >= 0) return std::string(1, static_cast<char>(byte_values_[id]));
+  if (is_special(id)) return "";
+  std::string text;
+  const std::string& piece = spec_.pieces[id];
+  for (std::size_t pos = 0; pos < piece.size();) {
+    if (piece.compare(pos, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
+      text += ' ';
+      pos += kSpaceSymbol.size();
+    } else {
+      text += piece[pos++];
+    }
+  }
+  return text;
+}
+
 std::string SpmBpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   for (int32_t id : ids) check_id(id);
   std::string out;

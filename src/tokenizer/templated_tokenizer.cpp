@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/jinja_chat_template.h"
 
 namespace serve8 {
 
@@ -20,6 +21,17 @@ std::string TemplatedTokenizer::apply_chat_template(const std::vector<ChatMessag
 std::vector<int32_t> TemplatedTokenizer::encode_chat(const std::vector<ChatMessage>& messages,
                                                      bool add_generation_prompt) const {
   return encode_segments(chat_template().render(messages, add_generation_prompt));
+}
+
+const JinjaChatTemplate* TemplatedTokenizer::jinja_chat_template() const {
+  return dynamic_cast<const JinjaChatTemplate*>(chat_template_.get());
+}
+
+std::vector<int32_t> TemplatedTokenizer::encode_chat_values(const jinja::Value& messages, const jinja::Value& tools,
+                                                            bool add_generation_prompt) const {
+  const JinjaChatTemplate* jinja_template = jinja_chat_template();
+  if (jinja_template == nullptr) return Tokenizer::encode_chat_values(messages, tools, add_generation_prompt);
+  return encode_segments(jinja::to_segments(jinja_template->render_values(messages, tools, add_generation_prompt)));
 }
 
 void TemplatedTokenizer::set_chat_template(std::unique_ptr<ChatTemplate> chat_template,

@@ -18,6 +18,9 @@ class TemplatedTokenizer : public Tokenizer {
   std::string apply_chat_template(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const override;
   bool has_chat_template() const override { return chat_template_ != nullptr; }
+  const JinjaChatTemplate* jinja_chat_template() const override;
+  std::vector<int32_t> encode_chat_values(const jinja::Value& messages, const jinja::Value& tools,
+                                          bool add_generation_prompt) const override;
 
   // The ids of rendered chat segments (what encode_chat does after rendering): consecutive
   // segments are one text, special tokens count only where they lie wholly in trusted segments.

@@ -101,6 +101,10 @@ std::unique_ptr<Tokenizer> load_vocabulary(const std::string& dir_or_file) {
 
 }  // namespace
 
+std::vector<int32_t> Tokenizer::encode_chat_values(const jinja::Value&, const jinja::Value&, bool) const {
+  fail("this tokenizer's chat format is not a Jinja template, so it takes only role/content messages");
+}
+
 bool Tokenizer::is_eos(int id) const {
   const std::vector<int> eos = eos_ids();
   return std::find(eos.begin(), eos.end(), id) != eos.end();

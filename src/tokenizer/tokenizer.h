@@ -13,6 +13,11 @@
 
 namespace serve8 {
 
+namespace jinja {
+class Value;
+}  // namespace jinja
+class JinjaChatTemplate;
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -34,6 +39,10 @@ class Tokenizer {
   virtual std::vector<int> eos_ids() const = 0;
   // The vocabulary entry as stored ("▁Hello", "<0x0A>"); throws Error outside the vocabulary.
   virtual std::string id_to_piece(int id) const = 0;
+  // The bytes `id` adds to the text in the middle of an output ("▁Hello" -> " Hello", "<0x0A>" ->
+  // "\n", byte-level "ĠHello" -> " Hello"); empty for special, control and unknown ids. Grammars
+  // match generated text byte by byte through these.
+  virtual std::string token_bytes(int id) const = 0;
 
   // The chat prompt as text, for logs and display. It carries no BOS/EOS markup, so for a
   // multi-turn chat encode(apply_chat_template(...)) is not the prompt: use encode_chat.
@@ -45,6 +54,15 @@ class Tokenizer {
   // Whether the chat calls can work: false for a vocabulary whose files carry no chat template
   // (a base model), which then serves completions only.
   virtual bool has_chat_template() const = 0;
+  // The Jinja chat template in use (the files' or --chat-template's); null for the built-in
+  // Llama-2 format or none. Tools and tool messages need one (encode_chat_values).
+  virtual const JinjaChatTemplate* jinja_chat_template() const { return nullptr; }
+  // The chat prompt as ids from messages as HF's apply_chat_template takes them: a list of message
+  // dicts with all their fields (tool_calls, tool_call_id, ...) and a list of tool dicts, or None.
+  // Every string in them is request text, never special tokens. Throws Error when the template is
+  // not Jinja or rejects the conversation.
+  virtual std::vector<int32_t> encode_chat_values(const jinja::Value& messages, const jinja::Value& tools,
+                                                  bool add_generation_prompt) const;
 
   bool is_eos(int id) const;
 };

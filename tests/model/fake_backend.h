@@ -50,6 +50,7 @@ class HostMemoryBackend : public Backend {
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void sample(const Tensor&, const std::vector<SamplingRow>&, int32_t*) override { unsupported(); }
   void edit_logits(Tensor, std::span<const LogitEdit>) override { unsupported(); }
+  void mask_logits(Tensor, std::span<const int32_t>, std::span<const int32_t>) override { unsupported(); }
   std::vector<RowLogprobs> logprobs(const Tensor&, std::span<const int32_t>, std::span<const int32_t>, int) override {
     unsupported();
     return {};

@@ -447,7 +447,7 @@ def test_responses_api(client, text_server):
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == r.output_text == events[-1].response.output_text
     bad = text_server.post("/v1/responses", {"model": "tiny", "input": "x", "tools": [{"type": "function"}]})
-    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools[0].name"
 
 
 def test_n_choices_prefill_their_prompt_once(client, text_server):

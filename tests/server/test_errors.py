@@ -151,7 +151,8 @@ CHAT_400 = [
      "top_logprobs"),
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
     ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": -2}, None),
-    ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}, "tools"),
+    ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+     "tools[0].function"),
 ]
 
 

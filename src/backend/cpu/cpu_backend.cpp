@@ -248,6 +248,9 @@ class CpuBackend final : public Backend {
     cpu::sample(logits, rows, out_ids);
   }
   void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override { cpu::edit_logits(logits, edits); }
+  void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) override {
+    cpu::mask_logits(logits, rows, allowed);
+  }
   std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows, std::span<const int32_t> chosen,
                                     int top_n) override {
     SERVE8_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2 && rows.size() == chosen.size(),

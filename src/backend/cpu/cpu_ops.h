@@ -26,5 +26,6 @@ void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, flo
 
 void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids);
 void edit_logits(Tensor logits, std::span<const LogitEdit> edits);
+void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed);
 
 }  // namespace serve8::cpu

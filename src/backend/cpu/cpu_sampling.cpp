@@ -140,4 +140,23 @@ void edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
   }
 }
 
+void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) {
+  constexpr std::string_view op = "mask_logits";
+  check_dtype(logits, DType::kF32, op, "logits");
+  SERVE8_CHECK(logits.ndim == 2, "{}: logits has shape {}, expected [B, V]", op, logits.shape_str());
+  const int64_t vocab = logits.dim(1), words = (vocab + 31) / 32;
+  SERVE8_CHECK(static_cast<int64_t>(allowed.size()) == static_cast<int64_t>(rows.size()) * words,
+               "{}: {} mask words for {} rows of {} tokens, expected {} a row", op, allowed.size(), rows.size(), vocab,
+               words);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SERVE8_CHECK(rows[i] >= 0 && rows[i] < logits.dim(0), "{}: row {} is outside logits {}", op, rows[i],
+                 logits.shape_str());
+    float* x = logits.ptr<float>() + rows[i] * vocab;
+    const std::span<const int32_t> mask = allowed.subspan(i * static_cast<size_t>(words), static_cast<size_t>(words));
+    for (int64_t t = 0; t < vocab; ++t)
+      if (!((static_cast<uint32_t>(mask[static_cast<size_t>(t / 32)]) >> (t % 32)) & 1u))
+        x[t] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 }  // namespace serve8::cpu

@@ -401,6 +401,19 @@ void CudaBackend::edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
   sampler_->edit(logits.ptr<float>(), logits.dim(1), edits);
 }
 
+void CudaBackend::mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) {
+  const OpScope profile(profiler_, "sample");
+  check_dtype(logits, DType::kF32, "mask_logits", "logits");
+  SERVE8_CHECK(logits.ndim == 2, "mask_logits: logits has shape {}, expected [B, V]", logits.shape_str());
+  const int64_t words = (logits.dim(1) + 31) / 32;
+  SERVE8_CHECK(static_cast<int64_t>(allowed.size()) == static_cast<int64_t>(rows.size()) * words,
+               "mask_logits: {} mask words for {} rows of {} tokens, expected {} a row", allowed.size(), rows.size(),
+               logits.dim(1), words);
+  for (int32_t r : rows)
+    SERVE8_CHECK(r >= 0 && r < logits.dim(0), "mask_logits: row {} is outside logits {}", r, logits.shape_str());
+  sampler_->mask(logits.ptr<float>(), logits.dim(1), rows, allowed);
+}
+
 // The requested rows come back to the host and row_logprobs() works there: a copy of V floats per
 // row that asked, only on steps where one did.
 std::vector<RowLogprobs> CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> rows,

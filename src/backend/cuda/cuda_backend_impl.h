@@ -79,6 +79,7 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
   void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override;
+  void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) override;
   std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows, std::span<const int32_t> chosen,
                                     int top_n) override;
 

@@ -65,6 +65,8 @@ class CudaSampler {
               int32_t* out_ids);
   // Backend::edit_logits on logits [*, vocab] (checked by the caller).
   void edit(float* logits, int64_t vocab, std::span<const LogitEdit> edits);
+  // Backend::mask_logits (checked by the caller).
+  void mask(float* logits, int64_t vocab, std::span<const int32_t> rows, std::span<const int32_t> allowed);
 
  private:
   void reserve(void*& ptr, size_t& have, size_t want);
@@ -78,6 +80,8 @@ class CudaSampler {
   size_t temp_bytes_ = 0;
   void* edits_ = nullptr;  // LogitEdit
   size_t edits_bytes_ = 0;
+  void* masks_ = nullptr;  // rows, then their allowed-token words
+  size_t masks_bytes_ = 0;
   int32_t* host_out_ = nullptr;  // pinned
   size_t host_out_count_ = 0;
 };
