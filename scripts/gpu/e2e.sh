@@ -10,6 +10,7 @@
 #   fp8w    bench-one-batch with --quantization fp8 against bf16 weights, the same models, bf16 and
 #           fp8_e5m2 KV, B=1 and 64, 1,024-token prompts, op profile
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
+#   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
 #           same file (gguf_file=), then fp16 / fp8_e5m2 / fp8_e4m3 KV vs bf16 KV (eval kld) on
 #           ShareGPT prompts, rows for docs/accuracy.md. Needs the GGUF (scripts/gpu.sh says how
@@ -217,12 +218,22 @@ http() (
   done | tee "$OUT/http_summary.txt"
 )
 
+# Constrained decoding at batch 64 (bench/constrained): Llama-3-8B dummy weights, the Llama-2
+# tokenizer's vocabulary in the grammars, unconstrained against JSON schema, regex and EBNF.
+constrained() {
+  python3 "$root/bench/constrained/constrained_bench.py" --bin "$B" --config "$E/shared/configs/llama-3-8b.json" \
+    --tokenizer "$E/shared/models/llama2-tokenizer" --requests 64 --out "$OUT/constrained_bench_h200.jsonl" \
+    -- --device cuda >"$OUT/constrained_summary.txt" 2>&1
+  cat "$OUT/constrained_summary.txt"
+  cp "$OUT/constrained_bench_h200.jsonl" "$final/" 2>/dev/null || true
+}
+
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
 for s in "${steps[@]}"; do
   case "$s" in
-    golden|hf|hf32|kvfp8|bench|mbu|fp8w|http|gguf|gguf32) ;;
-    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w http gguf gguf32)" >&2; exit 2 ;;
+    golden|hf|hf32|kvfp8|bench|mbu|fp8w|http|gguf|gguf32|constrained) ;;
+    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w http gguf gguf32 constrained)" >&2; exit 2 ;;
   esac
 done
 # Steps work in a scratch folder; $OUT receives one archive of it and the summaries, so that few

@@ -31,6 +31,8 @@ struct OutputEvent {
   int cached_tokens = 0;
   std::string error;  // set when the request was rejected (reason kAbort)
   std::vector<RowLogprobs> logprobs;  // one per new id when the request asked (params.logprobs >= 0)
+  // Prompt tokens [params.prompt_logprobs_start, n), once, with the first new id.
+  std::vector<RowLogprobs> prompt_logprobs;
 };
 
 using OutputSink = std::function<void(const OutputEvent&)>;
@@ -62,6 +64,10 @@ struct Request {
   // the prompt's distinct tokens (repetition_penalty), kept as tokens are sampled.
   std::unordered_map<int32_t, int32_t> output_counts;
   std::vector<int32_t> prompt_tokens;
+  // Prompt log probabilities as the prefill chunks compute them, until sent with the first token.
+  std::vector<RowLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
+  bool wants_prompt_logprobs() const { return params.prompt_logprobs_start >= 0 && !prompt_logprobs_sent; }
   // Constrained requests only: where the output stands in params.compiled_grammar.
   std::unique_ptr<GrammarMatcher> grammar;
 

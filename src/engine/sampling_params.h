@@ -38,6 +38,9 @@ struct SamplingParams {
   // < 0: none; else each generated token's log probability and the `logprobs` (<= 20) most
   // likely tokens of its step.
   int logprobs = -1;
+  // >= 0: also the log probabilities of the prompt's tokens from this position on (the first
+  // token of a prompt has none: NaN), with the `logprobs` most likely tokens at each.
+  int prompt_logprobs_start = -1;
   // Constrained decoding: the spec as asked, and the grammar the server compiled from it (shared
   // by the n choices of one request); the engine masks every token the grammar forbids.
   GrammarSpec grammar;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 
 #include "core/error.h"
@@ -202,8 +203,11 @@ std::vector<Scheduler::Row> Scheduler::schedule() {
 bool Scheduler::admit(Request& r) {
   std::vector<int32_t> tokens(static_cast<size_t>(r.total_len()));
   for (int i = 0; i < r.total_len(); ++i) tokens[static_cast<size_t>(i)] = r.token_at(i);
-  // Leave at least one token to compute: its logits pick the next token.
-  RadixCache::MatchResult m = radix_.match_prefix(tokens, r.total_len() - 1);
+  // Leave at least one token to compute: its logits pick the next token. Prompt log probabilities
+  // need the logits of every position before their first token, so those are computed anew.
+  int reuse = r.total_len() - 1;
+  if (r.wants_prompt_logprobs()) reuse = std::min(reuse, std::max(0, r.params.prompt_logprobs_start - 1));
+  RadixCache::MatchResult m = radix_.match_prefix(tokens, reuse);
   radix_.inc_ref(m.node);
   const int64_t remaining = r.total_len() - static_cast<int64_t>(m.slots.size());
   // Room for the whole remaining prompt plus one decode slot for everyone running.
@@ -277,20 +281,20 @@ Tensor Scheduler::run(const std::vector<Row>& rows) {
 }
 
 void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) {
-  // Grammar masks first: host work that runs while the device still computes the logits.
+  // Grammar masks first: host work, on a pool of threads, while the device computes the logits.
   mask_rows_.clear();
-  mask_words_.clear();
+  mask_matchers_.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i].req;
     if (!rows[i].samples || !r.params.compiled_grammar) continue;
     if (!r.grammar) r.grammar = std::make_unique<GrammarMatcher>(r.params.compiled_grammar);
-    const size_t at = mask_words_.size();
-    mask_words_.resize(at + static_cast<size_t>(r.grammar->mask_words()));
-    if (r.grammar->fill_next_mask(std::span(mask_words_).subspan(at))) {
-      mask_rows_.push_back(static_cast<int32_t>(i));
-    } else {
-      mask_words_.resize(at);  // every token allowed
-    }
+    mask_rows_.push_back(static_cast<int32_t>(i));
+    mask_matchers_.push_back(r.grammar.get());
+  }
+  if (!mask_rows_.empty()) {
+    if (!mask_filler_) mask_filler_ = std::make_unique<GrammarMaskFiller>(config_.grammar_threads);
+    mask_words_.resize(mask_matchers_.size() * static_cast<size_t>(mask_matchers_[0]->mask_words()));
+    mask_filler_->fill(mask_matchers_, mask_words_);
   }
   std::vector<SamplingRow> params(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -328,6 +332,7 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
     }
   }
   const auto lp_of = [&lps](size_t i) -> const RowLogprobs* { return lps.empty() || !lps[i] ? nullptr : &*lps[i]; };
+  prompt_logprobs(rows);
   std::vector<std::pair<Request*, size_t>> done;
   for (size_t i = 0; i < rows.size(); ++i) {
     Request& r = *rows[i].req;
@@ -393,9 +398,59 @@ bool Scheduler::check_stop(Request& r, int32_t token) {
   return false;
 }
 
+void Scheduler::prompt_logprobs(const std::vector<Row>& rows) {
+  struct Need {
+    Request* req;
+    int32_t token_row;  // row of the step's tokens whose logits predict `next`
+    int32_t next;
+    size_t index;  // into req->prompt_logprobs
+  };
+  std::vector<Need> need;
+  int32_t offset = 0;
+  int top_n = 0;
+  for (const Row& row : rows) {
+    Request& r = *row.req;
+    const int n = static_cast<int>(r.input_ids.size()), start = r.params.prompt_logprobs_start;
+    if (r.wants_prompt_logprobs() && start < n) {
+      if (r.prompt_logprobs.size() != static_cast<size_t>(n - start)) {
+        r.prompt_logprobs.assign(static_cast<size_t>(n - start), RowLogprobs{});
+        if (start == 0) r.prompt_logprobs[0].chosen = std::numeric_limits<float>::quiet_NaN();  // nothing before it
+      }
+      for (int j = 0; j < row.q_len; ++j) {
+        const int next = r.num_computed + j + 1;  // the token this row's logits predict
+        if (next >= std::max(start, 1) && next < n)
+          need.push_back({&r, offset + j, r.input_ids[static_cast<size_t>(next)], static_cast<size_t>(next - start)});
+      }
+      top_n = std::max(top_n, std::max(r.params.logprobs, 0));
+    }
+    offset += row.q_len;
+  }
+  const size_t chunk = static_cast<size_t>(model_.max_seqs());
+  for (size_t at = 0; at < need.size(); at += chunk) {
+    const size_t k = std::min(chunk, need.size() - at);
+    std::vector<int32_t> token_rows(k), logit_rows(k), chosen(k);
+    for (size_t i = 0; i < k; ++i) {
+      token_rows[i] = need[at + i].token_row;
+      logit_rows[i] = static_cast<int32_t>(i);
+      chosen[i] = need[at + i].next;
+    }
+    const Tensor logits = model_.logits_of_rows(token_rows);
+    std::vector<RowLogprobs> got = model_.backend().logprobs(logits, logit_rows, chosen, top_n);
+    for (size_t i = 0; i < k; ++i) {
+      Need& nd = need[at + i];
+      got[i].top.resize(std::min(got[i].top.size(), static_cast<size_t>(std::max(nd.req->params.logprobs, 0))));
+      nd.req->prompt_logprobs[nd.index] = std::move(got[i]);
+    }
+  }
+}
+
 void Scheduler::emit(Request& r, std::vector<int32_t> new_ids, const RowLogprobs* logprobs) {
   if (!r.sink) return;
   OutputEvent ev;
+  if (r.params.prompt_logprobs_start >= 0 && !r.prompt_logprobs_sent && (!new_ids.empty() || r.finish != FinishReason::kNone)) {
+    ev.prompt_logprobs = std::move(r.prompt_logprobs);
+    r.prompt_logprobs_sent = true;
+  }
   ev.new_ids = std::move(new_ids);
   if (logprobs) ev.logprobs.push_back(*logprobs);
   ev.finished = r.finish != FinishReason::kNone;

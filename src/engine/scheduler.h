@@ -28,6 +28,7 @@ struct SchedulerConfig {
   int max_prefill_tokens = 8192;    // most prompt tokens in one step, all requests together
   int context_length = 4096;        // prompt + output
   bool disable_radix_cache = false;
+  int grammar_threads = 0;  // threads filling constrained requests' masks (0: one per hardware thread)
 };
 
 // Counters over a set of decode steps since start.
@@ -109,6 +110,8 @@ class Scheduler {
   void release(Request& r, bool keep_in_cache);
   void finish(Request& r, FinishReason reason);
   bool check_stop(Request& r, int32_t token);
+  // Prompt log probabilities of the rows' prefill chunks, from the hidden states `run` left.
+  void prompt_logprobs(const std::vector<Row>& rows);
   void emit(Request& r, std::vector<int32_t> new_ids, const RowLogprobs* logprobs = nullptr);
 
   SchedulerConfig config_;
@@ -127,6 +130,8 @@ class Scheduler {
   std::vector<int32_t> sampled_;
   std::vector<LogitEdit> edits_;  // this step's penalties and biases, for edit_logits
   std::vector<int32_t> mask_rows_, mask_words_;  // this step's grammar masks, for mask_logits
+  std::vector<GrammarMatcher*> mask_matchers_;
+  std::unique_ptr<GrammarMaskFiller> mask_filler_;  // made on the first constrained step
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};
   double last_device_seconds_ = 0.0;

@@ -40,6 +40,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
   last_hidden_ = make_buffer(backend, c, max_seqs, h);
   logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
+  row_ids_ = make_buffer(backend, DType::kI32, max_seqs, 1);
   if (std::any_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& l) { return l.any_fp8(); })) {
     const int64_t widest = std::max<int64_t>({h, config_.q_size(), config_.intermediate_size});
     act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
@@ -73,7 +74,10 @@ Tensor LlamaModel::forward(const ForwardBatch& batch, KvCache& kv) {
                b, max_tokens_, max_seqs_);
   if (!graphs_.empty()) {
     Tensor logits = forward_graph(batch, kv);
-    if (!logits.empty()) return logits;
+    if (!logits.empty()) {
+      last_step_tokens_ = 0;  // a graph's hidden states are not logits_of_rows's to read
+      return logits;
+    }
   }
   return forward_uploaded(backend_.upload_batch(batch, kv), kv);
 }
@@ -103,6 +107,23 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   Tensor last = last_hidden_.view(c, {b, h});
   backend_.gather_rows(normed, db.last_token_rows, last);
   Tensor logits = logits_.view(DType::kF32, {b, config_.vocab_size});
+  backend_.gemm(last, weights_.lm_head, nullptr, logits);
+  last_step_tokens_ = t;
+  return logits;
+}
+
+Tensor LlamaModel::logits_of_rows(std::span<const int32_t> rows) {
+  const auto n = static_cast<int64_t>(rows.size());
+  SERVE8_CHECK(n > 0 && n <= max_seqs_, "logits_of_rows: {} rows, 1 to {} allowed", n, max_seqs_);
+  for (int32_t r : rows)
+    SERVE8_CHECK(r >= 0 && r < last_step_tokens_, "logits_of_rows: row {} is outside the last step's {} tokens", r,
+                 last_step_tokens_);
+  backend_.copy_to_device(row_ids_.data(), rows.data(), rows.size_bytes());
+  const DType c = backend_.compute_dtype();
+  const int64_t h = config_.hidden_size;
+  Tensor last = last_hidden_.view(c, {n, h});
+  backend_.gather_rows(normed_.view(c, {last_step_tokens_, h}), row_ids_.view(DType::kI32, {n}), last);
+  Tensor logits = logits_.view(DType::kF32, {n, config_.vocab_size});
   backend_.gemm(last, weights_.lm_head, nullptr, logits);
   return logits;
 }

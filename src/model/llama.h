@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <optional>
 
 #include "backend/backend.h"
@@ -34,6 +35,10 @@ class LlamaModel {
 
   // Runs the step; returns logits [B, vocab] fp32 in backend memory, valid until the next call.
   Tensor forward(const ForwardBatch& batch, KvCache& kv);
+  // After a forward without a graph: logits [n, vocab] of its token rows `rows` (n <= max_seqs),
+  // from the final hidden states it left in place; prompt log probabilities come from them. The
+  // forward's own logits are overwritten.
+  Tensor logits_of_rows(std::span<const int32_t> rows);
 
   // CUDA graphs for decode: from now on, a step whose rows are all decode rows (q_len 1), at most
   // max_bs of them, replays a graph captured for the next bucketed batch size (graph_batch_sizes),
@@ -80,6 +85,8 @@ class LlamaModel {
   Buffer residual_, normed_, qkv_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
   // FP8 weights: a GEMM's input quantized per token, and its scales.
   Buffer act_q_, act_scale_;
+  Buffer row_ids_;           // logits_of_rows's rows, int32 [max_seqs]
+  int last_step_tokens_ = 0;  // rows of normed_ the last forward_uploaded filled
   // The FP8 rows an op writes for w's GEMM ([t, k] of act_q_), or nothing for a bf16 w.
   std::optional<Fp8Rows> fp8_rows_for(const Tensor& w, int64_t t, int64_t k);
   static GemmInput made_input(const Tensor& x, const std::optional<Fp8Rows>& rows);

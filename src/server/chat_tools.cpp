@@ -230,6 +230,8 @@ ParsedToolCalls ToolCallOutput::parse(std::string_view text) {
     out.calls.push_back({new_id_(), forced_, arguments});
   } else {
     out = parse_tool_calls(syntax_, text);
+    // A forced list cut short by max_tokens leaves a fragment of JSON, never prose: no content.
+    if (choice_ == ToolsRequest::Choice::kRequired) out.content.clear();
     if (!parallel_ && out.calls.size() > 1) out.calls.resize(1);
     for (ToolCall& call : out.calls) call.id = new_id_();
   }
@@ -239,7 +241,7 @@ ParsedToolCalls ToolCallOutput::parse(std::string_view text) {
 
 ToolOutputDelta ToolCallOutput::take(ParsedToolCalls parsed) {
   ToolOutputDelta out;
-  out.content = std::move(parsed.content);
+  if (choice_ != ToolsRequest::Choice::kRequired) out.content = std::move(parsed.content);
   for (ToolCall& call : parsed.calls) {
     if (!parallel_ && !calls_.empty()) break;
     call.id = new_id_();
@@ -287,8 +289,8 @@ ToolOutputDelta ToolCallOutput::finish() {
   return take(stream_.finish());
 }
 
-nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls) {
-  nlohmann::json out = nlohmann::json::array();
+Json tool_calls_json(const std::vector<ToolCall>& calls) {
+  Json out = Json::array();
   for (const ToolCall& call : calls)
     out.push_back({{"id", call.id},
                    {"type", "function"},
@@ -296,12 +298,12 @@ nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls) {
   return out;
 }
 
-nlohmann::json tool_call_deltas_json(const std::vector<ToolCallDelta>& calls) {
-  nlohmann::json out = nlohmann::json::array();
+Json tool_call_deltas_json(const std::vector<ToolCallDelta>& calls) {
+  Json out = Json::array();
   for (const ToolCallDelta& d : calls) {
     // OpenAI's shape: the first piece of a call has its id, type and name; later ones only add
     // to the arguments.
-    nlohmann::json item = {{"index", d.index}};
+    Json item = {{"index", d.index}};
     if (d.first) {
       item["id"] = d.id;
       item["type"] = "function";

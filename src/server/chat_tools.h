@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "server/json_params.h"
 #include "server/tool_calls.h"
 
 namespace serve8 {
@@ -92,7 +93,7 @@ class ToolCallOutput {
 };
 
 // OpenAI's JSON for tool calls: a message's "tool_calls", and a chunk delta's.
-nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
-nlohmann::json tool_call_deltas_json(const std::vector<ToolCallDelta>& calls);
+Json tool_calls_json(const std::vector<ToolCall>& calls);
+Json tool_call_deltas_json(const std::vector<ToolCallDelta>& calls);
 
 }  // namespace serve8

@@ -355,9 +355,8 @@ void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& p
   }
   // min_tokens is vLLM's name for it in OpenAI bodies; repetition_penalty an extension of both.
   read_penalties(body, "min_tokens", [](const char* key) { return std::string(key); }, p);
-  // Completions echo the prompt (without log probabilities yet); chat has no echo in OpenAI's API.
-  if (auto v = read_bool(body, "echo", "echo"); v && *v && (chat || field(body, "logprobs") != nullptr))
-    throw_invalid("echo", "'echo' is {}", chat ? "a completions parameter" : "not supported with 'logprobs'");
+  // Completions echo the prompt (with logprobs, its tokens' too); chat has no echo in OpenAI's API.
+  if (auto v = read_bool(body, "echo", "echo"); v && *v && chat) throw_invalid("echo", "'echo' is a completions parameter");
   if (!chat && field(body, "suffix") != nullptr) throw_invalid("suffix", "'suffix' is not supported by serve8");
   // SGLang's extensions of OpenAI's bodies: regex and ebnf beside response_format.
   for (const char* key : {"regex", "ebnf"}) {

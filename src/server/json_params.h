@@ -14,7 +14,8 @@
 
 namespace serve8 {
 
-using Json = nlohmann::json;
+// Ordered: objects keep the request's key order (a JSON schema's properties are generated in it).
+using Json = nlohmann::ordered_json;
 
 // Parses a request body; malformed JSON (invalid UTF-8 included) and non-objects are a 400.
 Json parse_json_object(const std::string& body);

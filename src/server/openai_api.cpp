@@ -144,6 +144,7 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
     inputs[i].params = params;
     if (params.seed) inputs[i].params.seed = *params.seed + i % static_cast<size_t>(n);
     inputs[i].max_new_tokens_given = max_given;
+    if (!chat && show_lp && !echo_of->empty()) inputs[i].params.prompt_logprobs_start = 0;
     inputs[i].rid = inputs.size() == 1 ? c.id : fmt::format("{}-{}", c.id, i);
     check_generation_input(ctx, inputs[i], chat ? "messages" : "prompt", "max_tokens");
   }
@@ -166,8 +167,12 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
   if (tools)
     for (size_t i = 0; i < run->size(); ++i) tool_out->push_back(std::make_unique<ToolCallOutput>(*tools, new_call_id));
   auto echo_len = [echo_of, n](size_t i) { return echo_of->empty() ? size_t{0} : (*echo_of)[i / static_cast<size_t>(n)].size(); };
-  auto logprobs_of = [=](const TextOutput& o, size_t i, size_t begin, size_t end) -> Json {
+  // With echo, the prompt's tokens lead the completion's list (in the first chunk when streamed).
+  const bool echo_lp = !chat && want_lp && !echo_of->empty();
+  auto logprobs_of = [=](const GenerationRun& r, size_t i, size_t begin, size_t end) -> Json {
     if (!want_lp) return nullptr;
+    const TextOutput& o = r.output(i);
+    if (echo_lp && begin == 0) return echo_completion_logprobs(tok, o, r.input_ids(i), end);
     return chat ? chat_logprobs(tok, o, begin, end) : completion_logprobs(tok, o, begin, end, echo_len(i));
   };
   format.on_change = [=](GenerationRun& r, const std::vector<size_t>& changed, std::vector<std::string>& out) {
@@ -188,7 +193,7 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
       }
       if (delta.empty() && calls.calls.empty() && !o.finished() && (!chat || (*opened)[i])) continue;
       const bool called = !tool_out->empty() && !(*tool_out)[i]->calls().empty();
-      Json choice = {{"index", i}, {"logprobs", logprobs_of(o, i, (*lp_sent)[i], o.logprobs().size())},
+      Json choice = {{"index", i}, {"logprobs", logprobs_of(r, i, (*lp_sent)[i], o.logprobs().size())},
                      {"finish_reason", finish_reason(o, called)}};
       (*lp_sent)[i] = o.logprobs().size();
       if (chat) {
@@ -239,7 +244,7 @@ void run_openai(ServerContext& ctx, HttpResponse& res, const Json& body, bool ch
       const size_t i = picked[k];
       const TextOutput& o = r.output(i);
       Json choice = {{"index", k},
-                     {"logprobs", logprobs_of(o, i, 0, o.logprobs().size())},
+                     {"logprobs", logprobs_of(r, i, 0, o.logprobs().size())},
                      {"finish_reason", finish_reason(o)},
                      {"matched_stop", matched_stop(o)}};
       const std::string text =

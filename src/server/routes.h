@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/http_message.h"
+#include "server/json_params.h"
 
 namespace serve8 {
 
@@ -21,11 +22,12 @@ void register_sglang_routes(Router& server, ServerContext& ctx);
 void register_openai_routes(Router& server, ServerContext& ctx);
 void register_tokenize_routes(Router& server, ServerContext& ctx);
 void register_responses_routes(Router& server, ServerContext& ctx);
+void register_router_routes(Router& server, ServerContext& ctx);
 
 // The OpenAI model object of the served model (/v1/models and /v1/models/{id}).
-nlohmann::json model_object(const ServerContext& ctx);
+Json model_object(const ServerContext& ctx);
 // Throws model_not_found when a body's "model" names another model (its omission is accepted).
-void check_model(const ServerContext& ctx, const nlohmann::json& body);
+void check_model(const ServerContext& ctx, const Json& body);
 
 void send_json(HttpResponse& res, const std::string& body, int status = 200);
 void send_error(HttpResponse& res, const ApiError& e);

@@ -32,6 +32,7 @@ Json finish_reason_json(const TextOutput& out) {
 struct LogprobOptions {
   bool want = false;
   bool with_text = false;
+  int start = -1;  // logprob_start_len: the prompt's tokens from there on too
   const Tokenizer* tokenizer = nullptr;
 };
 
@@ -44,6 +45,8 @@ Json result_json(const GenerationRun& run, size_t i, const LogprobOptions& lp) {
                {"cached_tokens", out.cached_tokens()}};
   if (out.finished()) meta["e2e_latency"] = run.e2e_seconds(i);
   if (lp.want) add_sglang_logprobs(lp.tokenizer, out, lp.with_text, meta);
+  if (lp.want && lp.start >= 0)
+    add_sglang_prompt_logprobs(lp.tokenizer, out, run.input_ids(i), static_cast<size_t>(lp.start), lp.with_text, meta);
   return {{"text", std::string(out.visible_text())}, {"output_ids", out.output_ids()}, {"meta_info", meta}};
 }
 
@@ -117,9 +120,12 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   const int64_t top_n = read_integer(body, "top_logprobs_num", "top_logprobs_num").value_or(0);
   if (top_n < 0 || top_n > kMaxTopLogprobs)
     throw_invalid("top_logprobs_num", "'top_logprobs_num' must be between 0 and {}, got {}", kMaxTopLogprobs, top_n);
-  // -1 (SGLang's default): log probabilities of the output tokens only.
-  if (const auto start = read_integer(body, "logprob_start_len", "logprob_start_len"); start && *start != -1)
-    throw_invalid("logprob_start_len", "Prompt log probabilities are not supported yet (logprob_start_len -1 only)");
+  // -1 (SGLang's default): log probabilities of the output tokens only; else the prompt's too,
+  // from that position on.
+  if (const auto start = read_integer(body, "logprob_start_len", "logprob_start_len"); start && *start != -1) {
+    if (*start < 0) throw_invalid("logprob_start_len", "'logprob_start_len' must be -1 or >= 0, got {}", *start);
+    lp.start = to_int32(*start, "logprob_start_len");
+  }
   const bool stream = read_bool(body, "stream", "stream").value_or(false);
   // sampling_params.n: that many samples of one prompt, answered as a list (prefilled once).
   int n = 1;
@@ -141,6 +147,12 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
     parse_sglang_sampling_params(sp.is_array() && n == 1 ? sp[i] : sp, param, in.params, in.max_new_tokens_given);
     if (n > 1 && in.params.seed) in.params.seed = *in.params.seed + i;
     if (lp.want) in.params.logprobs = static_cast<int>(top_n);
+    if (lp.want && lp.start >= 0) {
+      if (lp.start >= static_cast<int>(in.input_ids.size()))
+        throw_invalid("logprob_start_len", "'logprob_start_len' ({}) must be less than the prompt's {} tokens", lp.start,
+                      in.input_ids.size());
+      in.params.prompt_logprobs_start = lp.start;
+    }
     if (rid.is_string()) in.rid = n > 1 ? fmt::format("{}-{}", rid.get<std::string>(), i) : rid.get<std::string>();
     if (rid.is_array()) {
       if (!rid[i].is_string()) throw_invalid("rid", "'rid' must be a list of strings");

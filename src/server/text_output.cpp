@@ -18,6 +18,7 @@ void TextOutput::apply(const OutputEvent& ev) {
   completion_tokens_ = ev.completion_tokens;
   cached_tokens_ = ev.cached_tokens;
   logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+  if (!ev.prompt_logprobs.empty()) prompt_logprobs_ = ev.prompt_logprobs;
   // The token that matched a stop condition arrives with the finishing event; it is an output id
   // but not text. The scheduler reports it as its decimal id; a stop string is never confused with
   // it because only the request's own stop strings can be matched as strings.

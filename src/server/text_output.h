@@ -34,6 +34,8 @@ class TextOutput {
   const std::vector<int32_t>& output_ids() const { return ids_; }
   // One per output id when the request asked for log probabilities, else empty.
   const std::vector<RowLogprobs>& logprobs() const { return logprobs_; }
+  // The prompt's tokens from params.prompt_logprobs_start on, once the first output id came.
+  const std::vector<RowLogprobs>& prompt_logprobs() const { return prompt_logprobs_; }
   bool finished() const { return finished_; }
   FinishReason reason() const { return reason_; }
   const std::string& error() const { return error_; }
@@ -53,6 +55,7 @@ class TextOutput {
   std::vector<std::string> stops_;
   std::vector<int32_t> ids_;
   std::vector<RowLogprobs> logprobs_;
+  std::vector<RowLogprobs> prompt_logprobs_;
   std::string text_;
   size_t visible_ = 0;
   size_t sent_ = 0;

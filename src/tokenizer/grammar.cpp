@@ -3,7 +3,9 @@
 #include <dlpack/dlpack.h>
 
 #include <algorithm>
+#include <cctype>
 #include <exception>
+#include <variant>
 #include <xgrammar/xgrammar.h>
 
 #include "core/error.h"
@@ -62,7 +64,12 @@ std::shared_ptr<const Grammar> GrammarCompiler::compile(const GrammarSpec& spec)
         break;
     }
   } catch (const std::exception& e) {
-    throw Error(e.what());
+    // xgrammar's messages open with "[time] file.cc:line: "; the client needs only the reason.
+    std::string what = e.what();
+    if (const size_t cc = what.find(".cc:"); !what.empty() && what[0] == '[' && cc != std::string::npos)
+      if (const size_t colon = what.find(": ", cc); colon != std::string::npos) what.erase(0, colon + 2);
+    while (!what.empty() && std::isspace(static_cast<unsigned char>(what.back()))) what.pop_back();
+    throw Error(what);
   }
   throw Error("no grammar to compile");
 }
@@ -96,5 +103,34 @@ bool GrammarMatcher::fill_next_mask(std::span<int32_t> words) {
 bool GrammarMatcher::accept(int32_t token) { return impl_->matcher.AcceptToken(token); }
 
 bool GrammarMatcher::terminated() const { return impl_->matcher.IsTerminated(); }
+
+struct GrammarMaskFiller::Impl {
+  explicit Impl(int threads) : batch(threads > 0 ? std::variant<std::string, int32_t>(threads) : std::string("auto")) {}
+  xgrammar::BatchGrammarMatcher batch;
+  std::vector<xgrammar::GrammarMatcher> handles;  // share their matchers' state
+};
+
+GrammarMaskFiller::GrammarMaskFiller(int threads) : impl_(std::make_unique<Impl>(threads)) {}
+GrammarMaskFiller::~GrammarMaskFiller() = default;
+
+void GrammarMaskFiller::fill(std::span<GrammarMatcher* const> matchers, std::span<int32_t> words) {
+  if (matchers.empty()) return;
+  const int w = matchers[0]->mask_words();
+  SERVE8_CHECK(words.size() == matchers.size() * static_cast<size_t>(w), "grammar masks: {} words for {} matchers of {}",
+               words.size(), matchers.size(), w);
+  impl_->handles.clear();
+  for (GrammarMatcher* m : matchers) {
+    SERVE8_CHECK(m->mask_words() == w, "grammar masks: matchers of {} and {} words in one batch", w, m->mask_words());
+    impl_->handles.push_back(m->impl_->matcher);
+  }
+  int64_t shape[2] = {static_cast<int64_t>(matchers.size()), w};
+  DLTensor t{};
+  t.data = words.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  impl_->batch.BatchFillNextTokenBitmask(&impl_->handles, &t);
+}
 
 }  // namespace serve8

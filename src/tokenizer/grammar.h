@@ -65,6 +65,23 @@ class GrammarMatcher {
   bool terminated() const;
 
  private:
+  friend class GrammarMaskFiller;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Fills the next-token masks of many matchers at once on a pool of threads (xgrammar's batch fill):
+// the scheduler's per-step mask work, which one thread would make longer than a step at batch 64.
+class GrammarMaskFiller {
+ public:
+  explicit GrammarMaskFiller(int threads);  // <= 0: one per hardware thread
+  ~GrammarMaskFiller();
+  GrammarMaskFiller(const GrammarMaskFiller&) = delete;
+  GrammarMaskFiller& operator=(const GrammarMaskFiller&) = delete;
+  // matchers[i]'s mask into words [i * w, (i + 1) * w), w their (equal) mask_words().
+  void fill(std::span<GrammarMatcher* const> matchers, std::span<int32_t> words);
+
+ private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

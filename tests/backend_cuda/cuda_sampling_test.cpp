@@ -126,5 +126,28 @@ TEST_F(CudaBackendTest, LogitEditsMatchCpu) {
   EXPECT_TRUE(std::isinf(got[static_cast<size_t>(v + 4)]));
 }
 
+// Grammar masks (mask_logits) clear exactly the CPU's tokens, on the rows named, vocab not a
+// multiple of 32; other rows keep their bytes.
+TEST_F(CudaBackendTest, GrammarMasksMatchCpu) {
+  const int64_t b = 4, v = 50001, words = (v + 31) / 32;
+  std::vector<float> logits = rng_.normals(static_cast<size_t>(b * v), 4.0f);
+  const std::vector<int32_t> rows = {3, 1};
+  std::vector<int32_t> allowed(rows.size() * static_cast<size_t>(words));
+  for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = static_cast<int32_t>(0x9e3779b9u * static_cast<uint32_t>(i + 1));
+  std::vector<float> ref = logits;
+  cpu_->mask_logits(test::view_of(ref, {b, v}), rows, allowed);
+  Buffer d(*gpu_, logits.size() * 4);
+  gpu_->copy_to_device(d.data(), logits.data(), logits.size() * 4);
+  gpu_->mask_logits(d.view(DType::kF32, {b, v}), rows, allowed);
+  std::vector<float> got(logits.size());
+  gpu_->copy_to_host(got.data(), d.data(), got.size() * 4);
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4));
+  size_t cleared = 0;
+  for (float x : got) cleared += std::isinf(x);
+  EXPECT_GT(cleared, static_cast<size_t>(v / 2)) << "about half of two rows' tokens are masked";
+  EXPECT_LT(cleared, static_cast<size_t>(2 * v));
+  EXPECT_THROW(gpu_->mask_logits(d.view(DType::kF32, {b, v}), rows, std::span(allowed).first(5)), Error);
+}
+
 }  // namespace
 }  // namespace serve8

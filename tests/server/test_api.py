@@ -424,6 +424,44 @@ def test_logprobs_of_generated_tokens(client, text_server):
     assert "output_token_logprobs" not in plain.json()["meta_info"]
 
 
+def test_prompt_logprobs_are_the_generated_ones(client, text_server):
+    """Prompt log probabilities (SGLang's logprob_start_len, completions' echo + logprobs) are what
+    the model gave those tokens when it generated them: greedy output O of prompt P, then P + O as a
+    prompt, its tokens from len(P) on, must carry O's log probabilities and top lists. A repeated
+    request (its prefix now in the radix cache) gets the same values."""
+    gen = text_server.post("/generate", {"text": "Once upon a time", "return_logprob": True, "top_logprobs_num": 2,
+                                         "logprob_start_len": 0,
+                                         "sampling_params": {"max_new_tokens": 6, "temperature": 0,
+                                                             "ignore_eos": True}}).json()
+    prompt = text_server.post("/tokenize", {"prompt": "Once upon a time"}).json()["tokens"]
+    meta = gen["meta_info"]
+    assert [t[1] for t in meta["input_token_logprobs"]] == prompt
+    assert meta["input_token_logprobs"][0][0] is None and meta["input_top_logprobs"][0] is None
+    assert all(t[0] <= 0.0 for t in meta["input_token_logprobs"][1:])
+    ids = prompt + gen["output_ids"]
+    for _ in range(2):
+        again = text_server.post("/generate", {"input_ids": ids, "return_logprob": True, "top_logprobs_num": 2,
+                                               "logprob_start_len": len(prompt),
+                                               "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).json()
+        got = again["meta_info"]["input_token_logprobs"]
+        assert [t[1] for t in got] == gen["output_ids"]
+        # bf16 on the GPU: a prompt row and a decode row round differently.
+        tol = 1e-4 if text_server.batch_invariant() else 0.1
+        assert [t[0] for t in got] == pytest.approx([t[0] for t in meta["output_token_logprobs"]], abs=tol)
+        if text_server.batch_invariant():
+            assert [[x[1] for x in top] for top in again["meta_info"]["input_top_logprobs"]] == \
+                [[x[1] for x in top] for top in meta["output_top_logprobs"]]
+    comp = client.completions.create(model="tiny", prompt=ids, max_tokens=2, temperature=0, logprobs=1, echo=True)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == len(ids) + 2 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.token_logprobs[len(prompt):len(ids)] == pytest.approx([t[0] for t in meta["output_token_logprobs"]],
+                                                                   abs=1e-4 if text_server.batch_invariant() else 0.1)
+    assert lp.text_offset == sorted(lp.text_offset)
+    bad = text_server.post("/generate", {"input_ids": ids, "return_logprob": True, "logprob_start_len": len(ids),
+                                         "sampling_params": {"max_new_tokens": 1}})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "logprob_start_len"
+
+
 def test_responses_api(client, text_server):
     """/v1/responses through the openai SDK: a string or a message list with instructions, whole
     or streamed as OpenAI's events, the same text as chat with the same messages."""
