@@ -70,6 +70,7 @@ struct Request {
   bool wants_prompt_logprobs() const { return params.prompt_logprobs_start >= 0 && !prompt_logprobs_sent; }
   // Constrained requests only: where the output stands in params.compiled_grammar.
   std::unique_ptr<GrammarMatcher> grammar;
+  int32_t grammar_pending = -1;  // drawn, not yet accepted by `grammar` (the next step does it)
 
   int total_len() const { return static_cast<int>(input_ids.size() + output_ids.size()); }
   int32_t token_at(int i) const {

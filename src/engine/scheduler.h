@@ -131,6 +131,7 @@ class Scheduler {
   std::vector<LogitEdit> edits_;  // this step's penalties and biases, for edit_logits
   std::vector<int32_t> mask_rows_, mask_words_;  // this step's grammar masks, for mask_logits
   std::vector<GrammarMatcher*> mask_matchers_;
+  std::vector<Request*> mask_requests_;
   std::unique_ptr<GrammarMaskFiller> mask_filler_;  // made on the first constrained step
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};

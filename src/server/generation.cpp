@@ -78,6 +78,7 @@ GenerationRun::GenerationRun(ServerContext& ctx, std::vector<GenerationInput> in
     throw;
   }
   e2e_.assign(inputs_.size(), 0.0);
+  last_token_.assign(inputs_.size(), 0.0);
   aborted_.assign(inputs_.size(), false);
   for (size_t i = 0; i < inputs_.size(); ++i)
     outputs_.push_back(std::make_unique<TextOutput>(ctx_.tokenizer(), inputs_[i].params, inputs_[i].input_ids));
@@ -140,7 +141,13 @@ void GenerationRun::apply_event(size_t i, const OutputEvent& ev) {
   const int tokens_before = out.completion_tokens();
   out.apply(ev);
   const double since = std::chrono::duration<double>(Clock::now() - received_).count();
-  if (tokens_before == 0 && out.completion_tokens() > 0) ctx_.metrics.observe_ttft(since);
+  if (const int new_tokens = out.completion_tokens() - tokens_before; new_tokens > 0) {
+    if (tokens_before == 0)
+      ctx_.metrics.observe_ttft(since);
+    else
+      ctx_.metrics.observe_inter_token(since - last_token_[i], new_tokens);
+    last_token_[i] = since;
+  }
   if (!out.finished()) return;
   num_finished_++;
   if (aborted_[i]) return;  // counted when it was aborted

@@ -76,6 +76,7 @@ class GenerationRun {
   std::vector<std::shared_ptr<RequestStream>> streams_;
   std::vector<std::unique_ptr<TextOutput>> outputs_;
   std::vector<double> e2e_;
+  std::vector<double> last_token_;      // seconds from arrival to the latest output with tokens
   std::vector<size_t> changed_before_;  // changes seen by await_start, reported by the next poll
   Clock::time_point received_;
   size_t num_finished_ = 0;
