@@ -22,6 +22,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# promtool (Debian's prometheus package; none ships it alone) checks /metrics in test_router.py.
+dpkg -s prometheus >/dev/null 2>&1 ||
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+
 # Test oracles and clients (PyPI).
 python3 -m pip install -q --disable-pip-version-check -r "$root/requirements-test.txt" 2>&1 \
   | grep -v "Running pip as the 'root' user" || true

@@ -168,6 +168,7 @@ HttpServer::HttpServer(Engine& engine, const EngineArgs& engine_args, ServerOpti
   register_openai_routes(router, ctx);
   register_tokenize_routes(router, ctx);
   register_responses_routes(router, ctx);
+  register_router_routes(router, ctx);
 }
 
 HttpServer::~HttpServer() {

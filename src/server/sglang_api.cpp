@@ -259,7 +259,7 @@ void register_sglang_routes(Router& server, ServerContext& ctx) {
   server.Get("/health", [](const HttpRequest&, HttpResponse& res) { res.status = 200; });
   server.Get("/health_generate",
              [&ctx](const HttpRequest&, HttpResponse& res) { handle_health_generate(ctx, res); });
-  server.Get("/get_model_info", [&ctx](const HttpRequest&, HttpResponse& res) {
+  auto model_info = [&ctx](const HttpRequest&, HttpResponse& res) {
     const ModelConfig& mc = ctx.engine.model_config();
     Json info = {{"model_path", ctx.engine_args.model_path},
                  {"tokenizer_path", ctx.engine_args.tokenizer_path},
@@ -270,7 +270,10 @@ void register_sglang_routes(Router& server, ServerContext& ctx) {
                  {"vocab_size", mc.vocab_size},
                  {"has_tokenizer", ctx.tokenizer() != nullptr}};
     send_json(res, dump_json(info));
-  });
+  };
+  server.Get("/get_model_info", model_info);
+  // sglang-router (0.3) asks /model_info and /server_info first, the /get_ forms after a 404.
+  server.Get("/model_info", model_info);
   auto info = [&ctx](const HttpRequest&, HttpResponse& res) { send_json(res, dump_json(server_info(ctx))); };
   server.Get("/get_server_info", info);
   server.Get("/server_info", info);
