@@ -209,6 +209,8 @@ void read_grammar_keys(const Json& obj, const std::string& prefix, SamplingParam
   }
 }
 
+}  // namespace
+
 // OpenAI's response_format: text, json_object, json_schema ({name, schema, strict}) and SGLang's
 // structural_tag (the xgrammar form with "format", or the older structures + triggers).
 void read_response_format(const Json& rf, SamplingParams& p) {
@@ -257,8 +259,6 @@ void read_response_format(const Json& rf, SamplingParams& p) {
                   "'response_format.type' must be text, json_object, json_schema or structural_tag, got '{}'", t);
   }
 }
-
-}  // namespace
 
 void parse_sglang_sampling_params(const Json& sp, const std::string& param, SamplingParams& p,
                                   bool& max_new_tokens_given) {

@@ -54,6 +54,8 @@ void parse_sglang_sampling_params(const Json& sp, const std::string& param, Samp
 // response_format (json_object, json_schema, structural_tag) and SGLang's regex / ebnf set
 // out.grammar. What serve8 does not implement (prompt log probabilities, suffix) is a 400.
 void parse_openai_sampling_params(const Json& body, bool chat, SamplingParams& out, bool& max_tokens_given);
+// OpenAI's response_format object (text, json_object, json_schema, structural_tag) into p.grammar.
+void read_response_format(const Json& rf, SamplingParams& p);
 // OpenAI's "n": choices per prompt, 1 to kMaxChoices (OpenAI's own limit).
 constexpr int kMaxChoices = 128;
 int read_openai_n(const Json& body);

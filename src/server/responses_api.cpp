@@ -204,10 +204,15 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   const Json body = parse_json_object(req.body);
   check_model(ctx, body);
   for (const char* key : {"previous_response_id", "conversation", "prompt"}) check_absent(body, key, key);
+  // text.format: text, json_object or json_schema in the Responses API's flat form
+  // ({type, name, schema, strict}); chat's response_format reads it once nested.
+  Json text_format = {{"type", "text"}};
   if (const Json* text = field(body, "text")) {
-    const Json* format = text->is_object() ? field(*text, "format") : nullptr;
-    if (!text->is_object() || (format && (!format->is_object() || format->value("type", Json()) != "text")))
-      throw_invalid("text", "Only text.format {{\"type\": \"text\"}} is supported");
+    if (!text->is_object()) throw_invalid("text", "'text' must be an object");
+    if (const Json* format = field(*text, "format")) {
+      if (!format->is_object()) throw_invalid("text.format", "'text.format' must be an object");
+      text_format = *format;
+    }
   }
   if (ctx.tokenizer() == nullptr || !ctx.tokenizer()->has_chat_template())
     throw_invalid("input", "This model has no chat template; use /v1/completions");
@@ -227,6 +232,13 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
     in.params.temperature = static_cast<float>(*v);
   }
   if (auto v = read_number(body, "top_p", "top_p")) in.params.top_p = static_cast<float>(*v);
+  {
+    Json rf = text_format;
+    if (text_format.value("type", Json()) == "json_schema")
+      rf = {{"type", "json_schema"}, {"json_schema", {{"schema", text_format.value("schema", Json::object())}}}};
+    read_response_format(rf, in.params);
+    if (!in.params.grammar.empty()) in.params.grammar.source = "text.format";
+  }
   const bool stream = read_bool(body, "stream", "stream").value_or(false);
 
   Reply rp;
@@ -242,7 +254,7 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
              {"tools", body.contains("tools") && body["tools"].is_array() ? body["tools"] : Json::array()},
              {"tool_choice", tool_choice ? *tool_choice : Json("auto")},
              {"parallel_tool_calls", tools->parallel},
-             {"text", {{"format", {{"type", "text"}}}}},
+             {"text", {{"format", text_format}}},
              {"metadata", body.value("metadata", Json::object())}};
   if (tools->choice != ToolsRequest::Choice::kNone) {
     apply_tool_choice(*tools, /*skip_special_tokens_given=*/false, in.params);

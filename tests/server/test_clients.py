@@ -146,7 +146,7 @@ def client(server):
 def check_city(city):
     assert isinstance(city, City), city
     # pydantic checked the bounds when it built the instance; checked again, plainly. (The order of the
-    # keys is not: see test_json_schema_object_keeps_the_order_of_properties.)
+    # keys: test_json_schema_object_keeps_the_order_of_properties.)
     assert 0 <= city.population_millions <= 100 and len(city.landmarks) <= 3 and len(city.name) <= 20
     assert all(len(x) <= 24 for x in city.landmarks)
 
@@ -162,6 +162,15 @@ def test_openai_parse_with_a_pydantic_model(client):
     check_city(choice.message.parsed)
     assert City.model_validate_json(choice.message.content) == choice.message.parsed
     assert choice.message.refusal is None
+
+
+def test_openai_responses_parse_with_a_pydantic_model(client):
+    """The Responses API's text.format (flat json_schema), through the SDK's responses.parse."""
+    r = client.responses.parse(model=MODEL, input=CITY_ASK[-1]["content"], text_format=City, max_output_tokens=128,
+                               temperature=0)
+    assert r.status == "completed", r
+    check_city(r.output_parsed)
+    assert r.text.format.type == "json_schema"
 
 
 def test_openai_strict_json_schema(client):
