@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "host"))
-from host_step import get, run_and_measure  # noqa: E402
+from host_step import run_and_measure, start_server  # noqa: E402
 
 # Each needs far more tokens than --output-len to complete, so no request ends inside the window.
 GRAMMARS = {
@@ -52,18 +52,9 @@ def main():
     cmd = [a.bin, "serve", "--model-path", a.config, "--load-format", "dummy", "--tokenizer-path", a.tokenizer,
            "--port", str(a.port), "--max-running-requests", str(a.requests),
            "--context-length", str(a.input_len + a.output_len + 16), "--disable-radix-cache"] + a.serve_args
-    log = open("/tmp/constrained_bench.log", "w")
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    server = start_server(cmd, a.port, "/tmp/constrained_bench.log")
     rows = []
     try:
-        for _ in range(600):
-            try:
-                get(f"http://127.0.0.1:{a.port}/health")
-                break
-            except Exception:
-                if server.poll() is not None:
-                    sys.exit(f"serve8 exited with {server.returncode}; see {log.name}")
-                time.sleep(0.5)
         rng = random.Random(1)
         prompts = [[rng.randrange(3, 32000) for _ in range(a.input_len)] for _ in range(a.requests)]
         for mode in a.modes.split(","):

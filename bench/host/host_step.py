@@ -32,6 +32,22 @@ def get(url):
     return json.loads(body) if body else None  # /health answers 200 with no body
 
 
+def start_server(cmd, port, log_path):
+    """Starts `serve8 serve` (cmd) and waits for /health on `port`; exits naming the log if it dies."""
+    log = open(log_path, "w")
+    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            get(f"http://127.0.0.1:{port}/health")
+            return server
+        except Exception:
+            if server.poll() is not None:
+                sys.exit(f"serve8 exited with {server.returncode}; see {log_path}")
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit(f"serve8 did not answer /health in 300 s; see {log_path}")
+
+
 async def run_and_measure(port, bodies, window_s):
     """Sends every body at once; once all are running and none waits, reads the decode counters of
     /get_server_info at the start and end of a window in which the batch is all N requests."""
@@ -91,17 +107,8 @@ def main():
            "--max-running-requests", str(a.requests), "--context-length", str(ctx),
            "--max-total-tokens", str(a.requests * (a.input_len + a.output_len) + 1024),
            "--disable-radix-cache"] + a.serve_args
-    log = open(f"/tmp/host_step_{a.label or 'run'}.log", "w")
-    server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    server = start_server(cmd, a.port, f"/tmp/host_step_{a.label or 'run'}.log")
     try:
-        for _ in range(600):
-            try:
-                get(f"http://127.0.0.1:{a.port}/health")
-                break
-            except Exception:
-                if server.poll() is not None:
-                    sys.exit(f"serve8 exited with {server.returncode}; see {log.name}")
-                time.sleep(0.5)
         vocab = json.load(open(a.config))["vocab_size"]
         rng = random.Random(1)
         sp = {"max_new_tokens": a.output_len, "temperature": 0, "ignore_eos": True}

@@ -244,12 +244,11 @@ std::vector<int32_t> SpmBpeTokenizer::encode_segments(const std::vector<ChatSegm
   return ids;
 }
 
-std::string SpmBpeTokenizer::token_bytes(int id) const {
-  check_id(id);
-  if (byte_values_[id] >= 0) return std::string(1, static_cast<char>(byte_values_[id]));
-  if (is_special(id)) return "";
+namespace {
+
+// A text piece as text: SentencePiece's "▁" is a space.
+std::string piece_text(const std::string& piece) {
   std::string text;
-  const std::string& piece = spec_.pieces[id];
   for (std::size_t pos = 0; pos < piece.size();) {
     if (piece.compare(pos, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
       text += ' ';
@@ -259,6 +258,15 @@ std::string SpmBpeTokenizer::token_bytes(int id) const {
     }
   }
   return text;
+}
+
+}  // namespace
+
+std::string SpmBpeTokenizer::token_bytes(int id) const {
+  check_id(id);
+  if (byte_values_[id] >= 0) return std::string(1, static_cast<char>(byte_values_[id]));
+  if (is_special(id)) return "";
+  return piece_text(spec_.pieces[id]);
 }
 
 std::string SpmBpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
@@ -284,15 +292,7 @@ std::string SpmBpeTokenizer::decode(std::span<const int32_t> ids, bool skip_spec
       }
       continue;
     }
-    std::string text;
-    for (std::size_t pos = 0; pos < piece.size();) {
-      if (piece.compare(pos, kSpaceSymbol.size(), kSpaceSymbol) == 0) {
-        text += ' ';
-        pos += kSpaceSymbol.size();
-      } else {
-        text += piece[pos++];
-      }
-    }
+    std::string text = piece_text(piece);
     // The dummy prefix's space comes off the first piece of the output only.
     if (at_start && out.empty() && spec_.add_space_prefix && text.starts_with(' ')) text.erase(0, 1);
     at_start = false;
