@@ -15,7 +15,7 @@ BUILD=${BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
 PARALLEL=${FUZZ_PARALLEL:-1}
-read -ra TARGETS <<<"${FUZZ_TARGETS:-fuzz_safetensors fuzz_gguf fuzz_gguf_vocab fuzz_request_json fuzz_tokenizer}"
+read -ra TARGETS <<<"${FUZZ_TARGETS:-fuzz_safetensors fuzz_gguf fuzz_gguf_vocab fuzz_request_json fuzz_tokenizer fuzz_tool_calls}"
 source scripts/sanitized_build.sh
 cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 
