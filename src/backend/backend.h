@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/communicator.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -278,6 +279,15 @@ class Backend {
   // op_profile() waits for the device and returns them, heaviest first. Empty where unsupported.
   virtual void set_op_profiling(bool on) { (void)on; }
   virtual std::vector<OpTime> op_profile() { return {}; }
+
+  // ---- tensor parallelism (optional; the default throws, naming the backend) ----
+  // Communicators for ranks 0..n-1, each rank on its own backend of this kind; all_reduce_sum
+  // takes up to max_reduce_elems elements a call.
+  virtual std::vector<std::unique_ptr<Communicator>> create_communicators(int n, int64_t max_reduce_elems);
+  // A vocabulary-parallel embedding: table [V_r, H] holds the rows of ids [first_id, first_id +
+  // V_r); out[t] = table[ids[t] - first_id] for ids inside it, zeros for the rest (their rank adds
+  // them in the all-reduce that follows).
+  virtual void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out);
 };
 
 // Owning handle of backend memory, freed on destruction.

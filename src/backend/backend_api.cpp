@@ -117,4 +117,15 @@ RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int
   return r;
 }
 
+std::vector<std::unique_ptr<Communicator>> Backend::create_communicators(int n, int64_t max_reduce_elems) {
+  (void)max_reduce_elems;
+  SERVE8_CHECK(name() != "cuda", "--tp-size {}: tensor parallelism on the cuda backend needs NCCL, not built yet", n);
+  fail("--tp-size {}: the {} backend has no communicator for tensor parallelism", n, name());
+}
+
+void Backend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) {
+  (void)table, (void)ids, (void)first_id, (void)out;
+  fail("embedding_shard: the {} backend has no vocabulary-parallel embedding (tensor parallelism)", name());
+}
+
 }  // namespace serve8

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_communicator.h"
 #include "backend/cpu/cpu_ops.h"
 
 namespace serve8::cpu {
@@ -215,6 +216,13 @@ class CpuBackend final : public Backend {
   }
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override { cpu::embedding(table, ids, out); }
+  void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) override {
+    cpu::embedding_shard(table, ids, first_id, out);
+  }
+  // Ranks are threads of this process (one CpuBackend each), so they exchange buffers in memory.
+  std::vector<std::unique_ptr<Communicator>> create_communicators(int n, int64_t max_reduce_elems) override {
+    return make_in_process_communicators(n, max_reduce_elems);
+  }
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override {
     cpu::rmsnorm(x, weight, eps, out);
   }

@@ -3,6 +3,7 @@
 // OpenMP iteration, so results do not depend on the thread count.
 #include <cblas.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -80,7 +81,11 @@ void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor&
   }
 }
 
-void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+namespace {
+
+// out[t] = table[ids[t] - first_id]. A whole table (shard == false) takes every id or throws; a
+// vocabulary shard writes zeros for the ids other ranks hold.
+void embedding_rows(const Tensor& table, const Tensor& ids, int64_t first_id, bool shard, Tensor out) {
   constexpr std::string_view op = "embedding";
   check_tensor(table, op, "table");
   check_float(table, op, "table");
@@ -92,7 +97,7 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
   const int64_t t_count = ids.dim(0), vocab = table.dim(0), h = table.dim(1);
   check_shape(out, {t_count, h}, op, "out");
   const int32_t* id = ids.ptr<const int32_t>();
-  for (int64_t t = 0; t < t_count; ++t) {
+  for (int64_t t = 0; t < t_count && !shard; ++t) {
     SERVE8_CHECK(id[t] >= 0 && id[t] < vocab, "{}: token id {} at row {} is outside the vocabulary [0, {})", op, id[t],
                  t, vocab);
   }
@@ -101,10 +106,23 @@ void embedding(const Tensor& table, const Tensor& ids, Tensor out) {
     std::vector<float> row(static_cast<size_t>(h));
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < t_count; ++t) {
-      load_f32(table, id[t] * h, h, row.data());
+      const int64_t r = id[t] - first_id;
+      if (r >= 0 && r < vocab) {
+        load_f32(table, r * h, h, row.data());
+      } else {
+        std::fill(row.begin(), row.end(), 0.0f);
+      }
       store_f32(row.data(), h, out, t * h);
     }
   }
+}
+
+}  // namespace
+
+void embedding(const Tensor& table, const Tensor& ids, Tensor out) { embedding_rows(table, ids, 0, false, out); }
+
+void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) {
+  embedding_rows(table, ids, first_id, true, out);
 }
 
 void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {

@@ -11,6 +11,7 @@
 namespace serve8::cpu {
 
 void embedding(const Tensor& table, const Tensor& ids, Tensor out);
+void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out);
 void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out);
 void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out);
 void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);

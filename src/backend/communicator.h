@@ -1,0 +1,27 @@
+// Communicator: the collectives of tensor parallelism (DESIGN.md, "Tensor parallelism"), one
+// object per rank. Every rank of a group calls the same collectives in the same order; a call
+// returns once this rank's output is complete. The CPU's is in process (cpu/cpu_communicator.h);
+// a CUDA one would wrap NCCL.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace serve8 {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // x (fp32, any shape, the same element count on every rank) becomes, in place, the elementwise
+  // sum over the ranks' x, added in rank order so that every rank holds the same bits.
+  virtual void all_reduce_sum(Tensor x) = 0;
+  // in [R, C_r] (C_r may differ between ranks), out [R, sum of C_r]: rank r's columns land at
+  // offset C_0 + ... + C_{r-1} of every row of every rank's out. Any dtype, the same on all ranks.
+  virtual void all_gather(const Tensor& in, Tensor out) = 0;
+  // Breaks the group: peers blocked in (or later entering) a collective throw instead of waiting
+  // for this rank forever. A rank whose step failed calls it before rethrowing.
+  virtual void abort() = 0;
+};
+
+}  // namespace serve8
