@@ -73,6 +73,10 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "decode steps of up to this many requests replay CUDA graphs (capped by --max-running-requests)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "run every step op by op");
+  app.add_option("--tp-size,--tp", a.tp_size,
+                 "tensor parallelism: shard the model over this many ranks, one thread each (cpu; at most the "
+                 "model's KV heads)")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_sampling_options(CLI::App& app, SamplingParams& p) {

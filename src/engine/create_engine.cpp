@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "model/builtin_models.h"
 #include "model/kv_scales.h"
+#include "model/tp_group.h"
 
 namespace serve8 {
 
@@ -100,7 +101,18 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   lo.load_format = args.load_format;
   lo.seed = args.seed;
   lo.quantization = parse_weight_quant(args.quantization);
-  std::unique_ptr<LlamaModel> model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
+  SERVE8_CHECK(args.tp_size >= 1, "--tp-size {} must be at least 1", args.tp_size);
+  std::unique_ptr<LlamaModel> model;
+  std::vector<TpPeer> peers;
+  if (args.tp_size == 1) {
+    model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
+  } else {
+    backend->create_communicators(args.tp_size, 0);  // a backend without them refuses before loading
+    const DType compute = backend->compute_dtype();
+    model = load_tp_llama_model(
+        lo, *backend, args.tp_size, [&] { return create_backend(device, compute); }, max_tokens,
+        sc.max_running_requests, peers);
+  }
   const ModelConfig& mc = model->config();
   if (backend->name() == "cuda" && backend->compute_dtype() == DType::kF32 && mc.head_dim > 32) {
     spdlog::warn(
@@ -121,7 +133,20 @@ EngineParts create_engine_parts(const EngineArgs& args) {
       static_cast<size_t>(kc.max_requests + 1) * static_cast<size_t>(kc.max_context_len) * sizeof(int32_t);
   kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token(), 2 * table_bytes);
   const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
-  std::unique_ptr<KvCache> kv = backend->create_kv_cache(kc, scales);
+  std::unique_ptr<KvCache> kv;
+  if (peers.empty()) {
+    kv = backend->create_kv_cache(kc, scales);
+  } else {
+    // Each rank's pool holds its KV heads (and their scales); the slots are the same on every rank.
+    const auto rank_pool = [&](const LlamaModel& m, Backend& b) {
+      KvCacheConfig rc = kc;
+      rc.num_kv_heads = m.tp_shard().num_kv_heads;
+      return b.create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
+    };
+    kv = rank_pool(*model, *backend);
+    for (TpPeer& p : peers) p.kv = rank_pool(*p.model, *p.backend);
+    model->attach_tp_peers(std::move(peers));
+  }
   spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}", kc.num_slots - 1,
                dtype_name(kc.dtype), kc.bytes_per_token(),
                static_cast<double>(kc.bytes_per_token() * static_cast<size_t>(kc.num_slots)) / (1 << 30),

@@ -42,6 +42,7 @@ struct EngineArgs {
   uint64_t seed = 0;
   int cuda_graph_max_bs = 160;  // decode steps of up to this many requests replay CUDA graphs
   bool disable_cuda_graph = false;
+  int tp_size = 1;  // tensor-parallel ranks, one thread each (CPU only for now)
   SchedulerConfig scheduler;
 };
 

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "model/builtin_models.h"
 #include "model/gguf_model.h"
+#include "model/tp_group.h"
 
 namespace serve8 {
 
@@ -19,37 +20,52 @@ Buffer make_buffer(Backend& backend, DType t, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backend, int max_tokens, int max_seqs)
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backend, int max_tokens, int max_seqs,
+                       std::unique_ptr<Communicator> comm, const TpShard* shard)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       backend_(backend),
+      shard_(shard ? *shard : serve8::tp_shard(config_, 0, 1)),
+      comm_(std::move(comm)),
       max_tokens_(max_tokens),
       max_seqs_(max_seqs),
       softmax_scale_(1.0f / std::sqrt(static_cast<float>(config_.head_dim))) {
   SERVE8_CHECK(max_tokens > 0 && max_seqs > 0 && max_seqs <= max_tokens,
                "model: max_tokens {} and max_seqs {} must be positive with max_seqs <= max_tokens", max_tokens,
                max_seqs);
+  SERVE8_CHECK((comm_ == nullptr) == (shard == nullptr) &&
+                   (!comm_ || (comm_->rank() == shard_.rank && comm_->size() == shard_.size)),
+               "model: tensor-parallel rank {} of {} needs its shard and its communicator", shard_.rank, shard_.size);
   const DType c = backend.compute_dtype();
-  const int64_t h = config_.hidden_size;
+  const int64_t h = config_.hidden_size, d = config_.head_dim;
   residual_ = make_buffer(backend, c, max_tokens, h);
   normed_ = make_buffer(backend, c, max_tokens, h);
-  qkv_ = make_buffer(backend, c, max_tokens, config_.q_size() + 2 * config_.kv_size());
-  attn_out_ = make_buffer(backend, c, max_tokens, config_.q_size());
+  qkv_ = make_buffer(backend, c, max_tokens, shard_.q_size(config_.head_dim) + 2ll * shard_.kv_size(config_.head_dim));
+  attn_out_ = make_buffer(backend, c, max_tokens, shard_.num_heads * d);
   proj_out_ = make_buffer(backend, c, max_tokens, h);
-  gate_up_ = make_buffer(backend, c, max_tokens, 2ll * config_.intermediate_size);
-  act_ = make_buffer(backend, c, max_tokens, config_.intermediate_size);
+  gate_up_ = make_buffer(backend, c, max_tokens, 2ll * shard_.intermediate_size);
+  act_ = make_buffer(backend, c, max_tokens, shard_.intermediate_size);
   last_hidden_ = make_buffer(backend, c, max_seqs, h);
   logits_ = make_buffer(backend, DType::kF32, max_seqs, config_.vocab_size);
+  if (comm_) logits_shard_ = make_buffer(backend, DType::kF32, max_seqs, shard_.vocab_size);
   row_ids_ = make_buffer(backend, DType::kI32, max_seqs, 1);
   if (std::any_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& l) { return l.any_fp8(); })) {
-    const int64_t widest = std::max<int64_t>({h, config_.q_size(), config_.intermediate_size});
+    const int64_t widest = std::max<int64_t>({h, shard_.q_size(config_.head_dim), shard_.intermediate_size});
     act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
     act_scale_ = make_buffer(backend, DType::kF32, max_tokens, 1);
   }
-  backend.reserve_steps(StepLimits{max_tokens, max_seqs, config_.num_heads, config_.num_kv_heads, config_.head_dim});
+  backend.reserve_steps(StepLimits{max_tokens, max_seqs, shard_.num_heads, shard_.num_kv_heads, config_.head_dim});
   const std::vector<float> inv_freq = config_.rope_inv_freq();
   inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
   backend.copy_to_device(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+}
+
+LlamaModel::~LlamaModel() = default;
+
+void LlamaModel::attach_tp_peers(std::vector<TpPeer> peers) {
+  SERVE8_CHECK(comm_ && shard_.rank == 0 && static_cast<int>(peers.size()) == shard_.size - 1,
+               "model: attach_tp_peers on rank {} of {} with {} peers", shard_.rank, shard_.size, peers.size());
+  group_ = std::make_unique<TpGroup>(*this, std::move(peers));
 }
 
 double LlamaModel::decode_weight_bytes() const {
@@ -68,6 +84,10 @@ size_t LlamaModel::activation_bytes() const {
 }
 
 Tensor LlamaModel::forward(const ForwardBatch& batch, KvCache& kv) {
+  return group_ ? group_->forward(batch, kv) : forward_rank(batch, kv);
+}
+
+Tensor LlamaModel::forward_rank(const ForwardBatch& batch, KvCache& kv) {
   const int t = batch.num_tokens();
   const int b = batch.num_seqs();
   SERVE8_CHECK(t <= max_tokens_ && b <= max_seqs_, "forward: {} tokens in {} sequences exceed the model's {} / {}", t,
@@ -91,7 +111,12 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   Tensor normed = normed_.view(c, {t, h});
   Tensor proj_out = proj_out_.view(c, {t, h});
 
-  backend_.embedding(weights_.embed, db.tokens, residual);
+  if (comm_) {  // vocabulary-parallel: each token's row comes from the one rank that holds it
+    backend_.embedding_shard(weights_.embed, db.tokens, shard_.vocab_begin, residual);
+    comm_->all_reduce_sum(residual);
+  } else {
+    backend_.embedding(weights_.embed, db.tokens, residual);
+  }
   backend_.rmsnorm(residual, weights_.layers[0].attn_norm, config_.rms_norm_eps, normed);
   GemmInput in = gemm_input(normed, weights_.layers[0].wqkv);
   for (int l = 0; l < config_.num_layers; ++l) {
@@ -106,13 +131,29 @@ Tensor LlamaModel::forward_uploaded(const DeviceBatch& db, KvCache& kv) {
   }
   Tensor last = last_hidden_.view(c, {b, h});
   backend_.gather_rows(normed, db.last_token_rows, last);
-  Tensor logits = logits_.view(DType::kF32, {b, config_.vocab_size});
-  backend_.gemm(last, weights_.lm_head, nullptr, logits);
+  Tensor logits = lm_head(last);
   last_step_tokens_ = t;
   return logits;
 }
 
+Tensor LlamaModel::lm_head(const Tensor& last) {
+  const int64_t n = last.dim(0);
+  Tensor logits = logits_.view(DType::kF32, {n, config_.vocab_size});
+  if (!comm_) {
+    backend_.gemm(last, weights_.lm_head, nullptr, logits);
+    return logits;
+  }
+  Tensor part = logits_shard_.view(DType::kF32, {n, shard_.vocab_size});
+  backend_.gemm(last, weights_.lm_head, nullptr, part);
+  comm_->all_gather(part, logits);
+  return logits;
+}
+
 Tensor LlamaModel::logits_of_rows(std::span<const int32_t> rows) {
+  return group_ ? group_->logits_of_rows(rows) : logits_of_rows_rank(rows);
+}
+
+Tensor LlamaModel::logits_of_rows_rank(std::span<const int32_t> rows) {
   const auto n = static_cast<int64_t>(rows.size());
   SERVE8_CHECK(n > 0 && n <= max_seqs_, "logits_of_rows: {} rows, 1 to {} allowed", n, max_seqs_);
   for (int32_t r : rows)
@@ -123,9 +164,7 @@ Tensor LlamaModel::logits_of_rows(std::span<const int32_t> rows) {
   const int64_t h = config_.hidden_size;
   Tensor last = last_hidden_.view(c, {n, h});
   backend_.gather_rows(normed_.view(c, {last_step_tokens_, h}), row_ids_.view(DType::kI32, {n}), last);
-  Tensor logits = logits_.view(DType::kF32, {n, config_.vocab_size});
-  backend_.gemm(last, weights_.lm_head, nullptr, logits);
-  return logits;
+  return lm_head(last);
 }
 
 std::optional<Fp8Rows> LlamaModel::fp8_rows_for(const Tensor& w, int64_t t, int64_t k) {
@@ -156,16 +195,17 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   const DType c = backend_.compute_dtype();
   const int64_t t = in.x.dim(0);
   const int64_t h = config_.hidden_size;
-  const int64_t qs = config_.q_size();
-  const int64_t kvs = config_.kv_size();
   const int64_t d = config_.head_dim;
+  const int64_t qs = shard_.q_size(config_.head_dim);
+  const int64_t kvs = shard_.kv_size(config_.head_dim);
+  const int64_t heads = shard_.num_heads, kv_heads = shard_.num_kv_heads, inter = shard_.intermediate_size;
   // q, k and v lie one after the other in qkv_ ([t, qs], [t, kvs], [t, kvs]), each contiguous for
   // rope, kv_store and attention. For one token that is the fused QKV GEMM's output row itself: one
   // GEMM; for more, three, each over its block of the fused weight's rows.
   const Tensor qkv = qkv_.view(c, {t * (qs + 2 * kvs)});
-  Tensor q = qkv.rows(0, t * qs).reshape({t, config_.num_heads, d});
-  Tensor k = qkv.rows(t * qs, t * kvs).reshape({t, config_.num_kv_heads, d});
-  Tensor v = qkv.rows(t * (qs + kvs), t * kvs).reshape({t, config_.num_kv_heads, d});
+  Tensor q = qkv.rows(0, t * qs).reshape({t, heads, d});
+  Tensor k = qkv.rows(t * qs, t * kvs).reshape({t, kv_heads, d});
+  Tensor v = qkv.rows(t * (qs + kvs), t * kvs).reshape({t, kv_heads, d});
   if (t == 1) {
     linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({1, qs + 2 * kvs}));
   } else {
@@ -181,26 +221,27 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   backend_.rope(q, k, db.positions, inv_freq_.view(DType::kF32, {d / 2}));
   backend_.kv_store(k, v, db, kv);
   if (kv_observer_) kv_observer_(l, k, v);
-  Tensor attn = attn_out_.view(c, {t, config_.num_heads, d});
+  Tensor attn = attn_out_.view(c, {t, heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
   linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
+  if (comm_) comm_->all_reduce_sum(proj_out);  // o_proj is row-parallel: each rank has a partial sum
 
   Tensor residual = residual_.view(c, {t, h});
   Tensor normed = normed_.view(c, {t, h});
   const std::optional<Fp8Rows> normed_rows = fp8_rows_for(w.w_gate_up, t, h);
   backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed,
                        normed_rows ? &*normed_rows : nullptr);
-  Tensor gate_up = gate_up_.view(c, {t, 2ll * config_.intermediate_size});
+  Tensor gate_up = gate_up_.view(c, {t, 2 * inter});
   linear(made_input(normed, normed_rows), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
-  Tensor act = act_.view(c, {t, config_.intermediate_size});
-  const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, config_.intermediate_size);
+  Tensor act = act_.view(c, {t, inter});
+  const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, inter);
   backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
   linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
+  if (comm_) comm_->all_reduce_sum(proj_out);  // down is row-parallel too
 }
 
-std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
-                                             int max_seqs) {
+LoadedLlama load_llama_weights_of(const LoadOptions& options, Backend& backend) {
   const bool builtin = is_builtin_model_path(options.model_path);
   if (!builtin && options.model_path.ends_with(".gguf")) {
     SERVE8_CHECK(options.load_format == "auto" || options.load_format == "gguf" || options.load_format == "dummy",
@@ -211,7 +252,7 @@ std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend
     LlamaWeights weights = options.load_format == "dummy"
                                ? dummy_llama_weights(config, backend, options.seed, options.quantization)
                                : load_gguf_weights(config, file, backend, options.quantization);
-    return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
+    return {std::move(config), std::move(weights)};
   }
   ModelConfig config = builtin ? builtin_tiny_llama_config() : load_model_config(options.model_path);
   check_weights_fit(config, backend, options.quantization, options.model_path);
@@ -228,7 +269,13 @@ std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend
   spdlog::info("model: {} layers, {} heads / {} kv heads, head_dim {}, vocab {}; weights {:.2f} GiB ({})",
                config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim, config.vocab_size,
                static_cast<double>(weights.bytes) / (1 << 30), weight_dtype_name(weights, backend.compute_dtype()));
-  return std::make_unique<LlamaModel>(std::move(config), std::move(weights), backend, max_tokens, max_seqs);
+  return {std::move(config), std::move(weights)};
+}
+
+std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
+                                             int max_seqs) {
+  LoadedLlama m = load_llama_weights_of(options, backend);
+  return std::make_unique<LlamaModel>(std::move(m.config), std::move(m.weights), backend, max_tokens, max_seqs);
 }
 
 }  // namespace serve8

@@ -7,20 +7,28 @@
 
 #include <functional>
 #include <memory>
-#include <span>
 #include <optional>
+#include <span>
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/tp_shard.h"
 #include "model/weights.h"
 
 namespace serve8 {
+
+class TpGroup;
+struct TpPeer;
 
 class LlamaModel {
  public:
   // max_tokens: the most new tokens one step may carry (activation buffers are sized for it once,
   // so their addresses stay fixed for CUDA graphs); max_seqs: the most sequences in a step.
-  LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backend, int max_tokens, int max_seqs);
+  // Tensor parallel: `weights` are rank shard.rank's (shard_llama_weights) and comm its
+  // communicator; without comm the model is whole.
+  LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backend, int max_tokens, int max_seqs,
+             std::unique_ptr<Communicator> comm = nullptr, const TpShard* shard = nullptr);
+  ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
@@ -34,11 +42,22 @@ class LlamaModel {
   int max_seqs() const { return max_seqs_; }
 
   // Runs the step; returns logits [B, vocab] fp32 in backend memory, valid until the next call.
+  // Rank 0 of a tensor-parallel group runs it on every rank (attach_tp_peers); the logits are
+  // gathered over the vocabulary shards.
   Tensor forward(const ForwardBatch& batch, KvCache& kv);
   // After a forward without a graph: logits [n, vocab] of its token rows `rows` (n <= max_seqs),
   // from the final hidden states it left in place; prompt log probabilities come from them. The
   // forward's own logits are overwritten.
   Tensor logits_of_rows(std::span<const int32_t> rows);
+
+  // Tensor parallelism. This rank's part of forward / logits_of_rows: every rank of the group
+  // must make the same call at once (TpGroup does), kv being this rank's KV heads.
+  Tensor forward_rank(const ForwardBatch& batch, KvCache& kv);
+  Tensor logits_of_rows_rank(std::span<const int32_t> rows);
+  // Makes this model (rank 0) drive ranks 1..N-1 from now on; it owns them.
+  void attach_tp_peers(std::vector<TpPeer> peers);
+  const TpShard& tp_shard() const { return shard_; }
+  Communicator* communicator() const { return comm_.get(); }
 
   // CUDA graphs for decode: from now on, a step whose rows are all decode rows (q_len 1), at most
   // max_bs of them, replays a graph captured for the next bucketed batch size (graph_batch_sizes),
@@ -74,6 +93,10 @@ class LlamaModel {
   ModelConfig config_;
   LlamaWeights weights_;
   Backend& backend_;
+  // This rank's heads, KV heads, MLP columns and vocabulary rows (the whole model at tp = 1).
+  TpShard shard_;
+  std::unique_ptr<Communicator> comm_;  // null at tp = 1
+  std::unique_ptr<TpGroup> group_;      // rank 0 of a group: the peers it drives
   int max_tokens_;
   int max_seqs_;
   float softmax_scale_;
@@ -83,9 +106,10 @@ class LlamaModel {
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.
   Buffer residual_, normed_, qkv_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
+  Buffer logits_shard_;  // tensor parallel: this rank's vocabulary columns of the logits
   // FP8 weights: a GEMM's input quantized per token, and its scales.
   Buffer act_q_, act_scale_;
-  Buffer row_ids_;           // logits_of_rows's rows, int32 [max_seqs]
+  Buffer row_ids_;            // logits_of_rows's rows, int32 [max_seqs]
   int last_step_tokens_ = 0;  // rows of normed_ the last forward_uploaded filled
   // The FP8 rows an op writes for w's GEMM ([t, k] of act_q_), or nothing for a bf16 w.
   std::optional<Fp8Rows> fp8_rows_for(const Tensor& w, int64_t t, int64_t k);
@@ -93,6 +117,8 @@ class LlamaModel {
   GemmInput gemm_input(const Tensor& x, const Tensor& w);
   // out = x · w^T (+ bias) in the matrix's dtype.
   void linear(const GemmInput& in, const Tensor& w, const Tensor& w_scale, const Tensor* bias, Tensor out);
+  // The LM head over `last` [n, H] into the logits (gathered over the ranks when sharded).
+  Tensor lm_head(const Tensor& last);
 };
 
 // Loads config.json and weights from an HF directory (or dummy weights of that config).
@@ -104,5 +130,11 @@ struct LoadOptions {
 };
 std::unique_ptr<LlamaModel> load_llama_model(const LoadOptions& options, Backend& backend, int max_tokens,
                                              int max_seqs);
+// What load_llama_model builds its model from: the config and the whole model's weights.
+struct LoadedLlama {
+  ModelConfig config;
+  LlamaWeights weights;
+};
+LoadedLlama load_llama_weights_of(const LoadOptions& options, Backend& backend);
 
 }  // namespace serve8
