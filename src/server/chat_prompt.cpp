@@ -10,30 +10,25 @@ namespace serve8 {
 
 namespace {
 
-const OJson* ofield(const OJson& obj, const char* key) {
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string required_string(const OJson& obj, const char* key, const std::string& param) {
-  const OJson* v = ofield(obj, key);
+std::string required_string(const Json& obj, const char* key, const std::string& param) {
+  const Json* v = field(obj, key);
   if (v == nullptr) throw_invalid(param, "'{}' is required", param);
   if (!v->is_string()) throw_invalid(param, "'{}' must be a string", param);
   return v->get<std::string>();
 }
 
 // A content: a string, or a list of text parts (`part_types` name them) joined; null is "".
-std::string content_text(const OJson* content, const std::string& param,
+std::string content_text(const Json* content, const std::string& param,
                          std::initializer_list<std::string_view> part_types) {
   if (content == nullptr) return "";
   if (content->is_string()) return content->get<std::string>();
   if (!content->is_array()) throw_invalid(param, "'{}' must be a string or a list of text parts", param);
   std::string text;
-  for (const OJson& part : *content) {
-    const OJson* type = part.is_object() ? ofield(part, "type") : nullptr;
+  for (const Json& part : *content) {
+    const Json* type = part.is_object() ? field(part, "type") : nullptr;
     const bool is_text = type != nullptr && type->is_string() &&
                          std::find(part_types.begin(), part_types.end(), type->get<std::string>()) != part_types.end();
-    const OJson* t = is_text ? ofield(part, "text") : nullptr;
+    const Json* t = is_text ? field(part, "text") : nullptr;
     if (t == nullptr || !t->is_string()) throw_invalid(param, "Only text content parts are supported");
     text += t->get<std::string>();
   }
@@ -42,27 +37,27 @@ std::string content_text(const OJson* content, const std::string& param,
 
 // Arguments sent as a JSON string become the object it holds (templates print them with tojson);
 // anything else stays as sent.
-OJson arguments_value(const OJson& arguments) {
+Json arguments_value(const Json& arguments) {
   if (!arguments.is_string()) return arguments;
   try {
-    OJson parsed = OJson::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    Json parsed = Json::parse(arguments.get<std::string>(), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_object()) return parsed;
-  } catch (const OJson::exception&) {
+  } catch (const Json::exception&) {
   }
   return arguments;
 }
 
-OJson tool_call_value(const OJson& call, const std::string& param) {
+Json tool_call_value(const Json& call, const std::string& param) {
   if (!call.is_object()) throw_invalid(param, "'{}' must be an object with 'id', 'type' and 'function'", param);
-  OJson out = call;
-  if (const OJson* id = ofield(call, "id"); id && !id->is_string()) throw_invalid(param + ".id", "'{}.id' must be a string", param);
-  if (const OJson* type = ofield(call, "type"); type && *type != "function")
+  Json out = call;
+  if (const Json* id = field(call, "id"); id && !id->is_string()) throw_invalid(param + ".id", "'{}.id' must be a string", param);
+  if (const Json* type = field(call, "type"); type && *type != "function")
     throw_invalid(param + ".type", "Only tool calls of type 'function' are supported");
-  const OJson* fn = ofield(call, "function");
+  const Json* fn = field(call, "function");
   if (fn == nullptr || !fn->is_object())
     throw_invalid(param + ".function", "'{}.function' must be an object with 'name' and 'arguments'", param);
   required_string(*fn, "name", param + ".function.name");
-  const OJson* arguments = ofield(*fn, "arguments");
+  const Json* arguments = field(*fn, "arguments");
   if (arguments == nullptr || !(arguments->is_string() || arguments->is_object()))
     throw_invalid(param + ".function.arguments", "'{}.function.arguments' must be a JSON string", param);
   out["function"]["arguments"] = arguments_value(*arguments);
@@ -71,35 +66,26 @@ OJson tool_call_value(const OJson& call, const std::string& param) {
 
 }  // namespace
 
-OJson parse_ordered_body(const std::string& body) {
-  try {
-    OJson j = OJson::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object()) return j;
-  } catch (const OJson::exception&) {
-  }
-  throw invalid_request("The request body must be a JSON object");
-}
-
-OJson chat_messages(const OJson& body) {
-  const OJson* list = ofield(body, "messages");
+Json chat_messages(const Json& body) {
+  const Json* list = field(body, "messages");
   if (list == nullptr || !list->is_array() || list->empty())
     throw_invalid("messages", "'messages' must be a non-empty list of messages");
-  OJson messages = OJson::array();
+  Json messages = Json::array();
   for (size_t i = 0; i < list->size(); ++i) {
-    const OJson& m = (*list)[i];
+    const Json& m = (*list)[i];
     const std::string param = fmt::format("messages[{}]", i);
     if (!m.is_object()) throw_invalid(param, "'{}' must be an object with 'role' and 'content'", param);
-    std::string role = ofield(m, "role") ? required_string(m, "role", param + ".role") : "";
+    std::string role = field(m, "role") ? required_string(m, "role", param + ".role") : "";
     if (role.empty()) throw_invalid(param + ".role", "'{}.role' is required", param);
     if (role == "developer") role = "system";  // OpenAI's newer name for the system role
-    OJson msg = m;
+    Json msg = m;
     msg["role"] = role;
-    msg["content"] = content_text(ofield(m, "content"), param + ".content", {"text"});
-    if (const OJson* calls = ofield(m, "tool_calls")) {
+    msg["content"] = content_text(field(m, "content"), param + ".content", {"text"});
+    if (const Json* calls = field(m, "tool_calls")) {
       if (!calls->is_array()) throw_invalid(param + ".tool_calls", "'{}.tool_calls' must be a list", param);
       if (role != "assistant" && !calls->empty())
         throw_invalid(param + ".tool_calls", "Only assistant messages carry 'tool_calls', not '{}' ones", role);
-      OJson values = OJson::array();
+      Json values = Json::array();
       for (size_t j = 0; j < calls->size(); ++j)
         values.push_back(tool_call_value((*calls)[j], fmt::format("{}.tool_calls[{}]", param, j)));
       if (values.empty()) {
@@ -114,13 +100,13 @@ OJson chat_messages(const OJson& body) {
   return messages;
 }
 
-OJson response_input_messages(const OJson& body) {
-  OJson messages = OJson::array();
-  if (const OJson* instructions = ofield(body, "instructions")) {
+Json response_input_messages(const Json& body) {
+  Json messages = Json::array();
+  if (const Json* instructions = field(body, "instructions")) {
     if (!instructions->is_string()) throw_invalid("instructions", "'instructions' must be a string");
     messages.push_back({{"role", "system"}, {"content", *instructions}});
   }
-  const OJson* input = ofield(body, "input");
+  const Json* input = field(body, "input");
   if (input == nullptr) throw_invalid("input", "'input' is required");
   if (input->is_string()) {
     messages.push_back({{"role", "user"}, {"content", *input}});
@@ -129,30 +115,30 @@ OJson response_input_messages(const OJson& body) {
   if (!input->is_array() || input->empty())
     throw_invalid("input", "'input' must be a string or a non-empty list of items");
   for (size_t i = 0; i < input->size(); ++i) {
-    const OJson& item = (*input)[i];
+    const Json& item = (*input)[i];
     const std::string param = fmt::format("input[{}]", i);
     if (!item.is_object()) throw_invalid(param, "'{}' must be an object", param);
-    const OJson* type_field = ofield(item, "type");
+    const Json* type_field = field(item, "type");
     if (type_field && !type_field->is_string()) throw_invalid(param + ".type", "'{}.type' must be a string", param);
     const std::string type = type_field ? type_field->get<std::string>() : "message";
     if (type == "message") {
       std::string role = required_string(item, "role", param + ".role");
       if (role == "developer") role = "system";
       messages.push_back({{"role", role},
-                          {"content", content_text(ofield(item, "content"), param + ".content",
+                          {"content", content_text(field(item, "content"), param + ".content",
                                                    {"input_text", "output_text", "text"})}});
     } else if (type == "function_call") {
       // Calls in a row are one assistant turn, as chat sends them.
-      OJson call = {{"id", required_string(item, "call_id", param + ".call_id")},
+      Json call = {{"id", required_string(item, "call_id", param + ".call_id")},
                     {"type", "function"},
                     {"function",
                      {{"name", required_string(item, "name", param + ".name")},
                       {"arguments", arguments_value(required_string(item, "arguments", param + ".arguments"))}}}};
       if (messages.empty() || messages.back()["role"] != "assistant" || !messages.back().contains("tool_calls"))
-        messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", OJson::array()}});
+        messages.push_back({{"role", "assistant"}, {"content", ""}, {"tool_calls", Json::array()}});
       messages.back()["tool_calls"].push_back(std::move(call));
     } else if (type == "function_call_output") {
-      const OJson* output = ofield(item, "output");
+      const Json* output = field(item, "output");
       messages.push_back({{"role", "tool"},
                           {"tool_call_id", required_string(item, "call_id", param + ".call_id")},
                           {"content", content_text(output, param + ".output", {"input_text", "output_text", "text"})}});
@@ -164,11 +150,11 @@ OJson response_input_messages(const OJson& body) {
   return messages;
 }
 
-std::vector<int32_t> encode_chat_prompt(const ServerContext& ctx, const OJson& messages, const ToolsRequest& tools,
+std::vector<int32_t> encode_chat_prompt(const ServerContext& ctx, const Json& messages, const ToolsRequest& tools,
                                         const std::string& param) {
   const Tokenizer& tok = *ctx.tokenizer();
   size_t bytes = tools.tools.empty() ? 0 : tools.tools.dump().size();
-  for (const OJson& m : messages) {
+  for (const Json& m : messages) {
     bytes += m["content"].get_ref<const std::string&>().size();
     if (m.contains("tool_calls")) bytes += m["tool_calls"].dump().size();
   }
@@ -187,7 +173,7 @@ std::vector<int32_t> encode_chat_prompt(const ServerContext& ctx, const OJson& m
                            "template with --chat-template, or send tool_choice \"none\"");
   std::vector<ChatMessage> plain;
   for (size_t i = 0; i < messages.size(); ++i) {
-    const OJson& m = messages[i];
+    const Json& m = messages[i];
     if (m["role"] == "tool" || m.contains("tool_calls"))
       throw_invalid(fmt::format("{}[{}]", param, i),
                     "This model's chat format (Llama-2's, built in) has no tool calls or tool messages; give it a "

@@ -13,22 +13,18 @@ namespace serve8 {
 
 struct ServerContext;
 
-// The request body again, keeping its objects' key order (tool schemas reach the template as sent).
-// Call it after parse_json_object accepted the body.
-OJson parse_ordered_body(const std::string& body);
-
 // Chat's `messages`: roles, contents (a string or text parts, joined), an assistant's
 // `tool_calls` (their JSON-string arguments parsed into objects, as SGLang and vLLM hand them to
 // templates) and a tool message's `tool_call_id`; any other field passes through.
-OJson chat_messages(const OJson& body);
+Json chat_messages(const Json& body);
 // The Responses API's `instructions` and `input` (a string, or message, function_call and
 // function_call_output items) as chat messages.
-OJson response_input_messages(const OJson& body);
+Json response_input_messages(const Json& body);
 
 // The prompt's ids. A Jinja template gets the messages with all their fields and the tools; the
 // built-in Llama-2 format takes role and content only and refuses tools and tool messages (400).
 // `param` names the messages field in errors.
-std::vector<int32_t> encode_chat_prompt(const ServerContext& ctx, const OJson& messages, const ToolsRequest& tools,
+std::vector<int32_t> encode_chat_prompt(const ServerContext& ctx, const Json& messages, const ToolsRequest& tools,
                                         const std::string& param);
 
 }  // namespace serve8

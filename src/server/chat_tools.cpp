@@ -12,13 +12,8 @@ namespace {
 
 constexpr size_t kMaxToolNameBytes = 64;  // OpenAI's limit
 
-const OJson* ofield(const OJson& obj, const char* key) {
-  const auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string string_field(const OJson& obj, const char* key, const std::string& param, bool required) {
-  const OJson* v = ofield(obj, key);
+std::string string_field(const Json& obj, const char* key, const std::string& param, bool required) {
+  const Json* v = field(obj, key);
   if (v == nullptr) {
     if (required) throw_invalid(param, "'{}' is required", param);
     return "";
@@ -41,16 +36,16 @@ void check_tool_name(const std::string& name, const std::string& param) {
 
 // One function: its name, schema and description checked, added to `out`. `fn` holds name,
 // description, parameters and strict (chat's "function" object, or the Responses API's tool).
-void add_function(const OJson& fn, const std::string& param, ToolsRequest& out) {
+void add_function(const Json& fn, const std::string& param, ToolsRequest& out) {
   const std::string name = string_field(fn, "name", param + ".name", true);
   check_tool_name(name, param + ".name");
   if (std::find(out.names.begin(), out.names.end(), name) != out.names.end())
     throw_invalid(param + ".name", "Two tools are named '{}'", name);
   string_field(fn, "description", param + ".description", false);
-  if (const OJson* strict = ofield(fn, "strict"); strict && !strict->is_boolean())
+  if (const Json* strict = field(fn, "strict"); strict && !strict->is_boolean())
     throw_invalid(param + ".strict", "'{}.strict' must be a boolean", param);
-  OJson schema = OJson{{"type", "object"}, {"properties", OJson::object()}};
-  if (const OJson* p = ofield(fn, "parameters")) {
+  Json schema = Json{{"type", "object"}, {"properties", Json::object()}};
+  if (const Json* p = field(fn, "parameters")) {
     if (!p->is_object()) throw_invalid(param + ".parameters", "'{}.parameters' must be a JSON schema object", param);
     // A call's arguments are an object: a schema that says nothing ({}) gets that much.
     if (!p->empty()) schema = *p;
@@ -59,23 +54,23 @@ void add_function(const OJson& fn, const std::string& param, ToolsRequest& out) 
   out.parameters.push_back(std::move(schema));
 }
 
-const OJson* tools_list(const OJson& body) {
-  const OJson* tools = ofield(body, "tools");
+const Json* tools_list(const Json& body) {
+  const Json* tools = field(body, "tools");
   if (tools == nullptr) return nullptr;
   if (!tools->is_array()) throw_invalid("tools", "'tools' must be a list of function tools");
   return tools->empty() ? nullptr : tools;
 }
 
-void check_function_type(const OJson& tool, const std::string& param) {
+void check_function_type(const Json& tool, const std::string& param) {
   if (!tool.is_object()) throw_invalid(param, "'{}' must be an object", param);
-  const OJson* type = ofield(tool, "type");
+  const Json* type = field(tool, "type");
   if (type == nullptr || !type->is_string() || *type != "function")
     throw_invalid(param + ".type", "Only tools of type 'function' are supported");
 }
 
 // tool_choice as a string, or the name of a named function (`named_of` reads it from the object).
-void read_choice(const OJson& body, const std::function<std::string(const OJson&)>& named_of, ToolsRequest& out) {
-  const OJson* choice = ofield(body, "tool_choice");
+void read_choice(const Json& body, const std::function<std::string(const Json&)>& named_of, ToolsRequest& out) {
+  const Json* choice = field(body, "tool_choice");
   const bool has_tools = !out.names.empty();
   if (choice == nullptr) {
     out.choice = has_tools ? ToolsRequest::Choice::kAuto : ToolsRequest::Choice::kNone;
@@ -90,7 +85,7 @@ void read_choice(const OJson& body, const std::function<std::string(const OJson&
       throw_invalid("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, got \"{}\"", c);
     }
   } else if (choice->is_object()) {
-    const OJson* type = ofield(*choice, "type");
+    const Json* type = field(*choice, "type");
     if (type == nullptr || !type->is_string() || *type != "function")
       throw_invalid("tool_choice.type", "'tool_choice' names a function: its 'type' must be \"function\"");
     out.forced = named_of(*choice);
@@ -100,7 +95,7 @@ void read_choice(const OJson& body, const std::function<std::string(const OJson&
   } else {
     throw_invalid("tool_choice", "'tool_choice' must be a string or an object");
   }
-  if (const OJson* p = ofield(body, "parallel_tool_calls")) {
+  if (const Json* p = field(body, "parallel_tool_calls")) {
     if (!p->is_boolean()) throw_invalid("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     out.parallel = p->get<bool>();
   }
@@ -109,7 +104,7 @@ void read_choice(const OJson& body, const std::function<std::string(const OJson&
 void finish_request(ToolsRequest& out, ToolCallFormat auto_format) {
   switch (out.choice) {
     case ToolsRequest::Choice::kNone:
-      out.tools = OJson::array();  // SGLang's choice: a model told of no tools calls none
+      out.tools = Json::array();  // SGLang's choice: a model told of no tools calls none
       out.format = ToolCallFormat::kNone;
       break;
     case ToolsRequest::Choice::kAuto:
@@ -126,14 +121,14 @@ void finish_request(ToolsRequest& out, ToolCallFormat auto_format) {
 
 }  // namespace
 
-ToolsRequest read_chat_tools(const OJson& body, ToolCallFormat auto_format) {
+ToolsRequest read_chat_tools(const Json& body, ToolCallFormat auto_format) {
   ToolsRequest out;
-  if (const OJson* tools = tools_list(body)) {
+  if (const Json* tools = tools_list(body)) {
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string param = fmt::format("tools[{}]", i);
-      const OJson& tool = (*tools)[i];
+      const Json& tool = (*tools)[i];
       check_function_type(tool, param);
-      const OJson* fn = ofield(tool, "function");
+      const Json* fn = field(tool, "function");
       if (fn == nullptr || !fn->is_object())
         throw_invalid(param + ".function", "'{}.function' must be an object with the function's name", param);
       add_function(*fn, param + ".function", out);
@@ -142,8 +137,8 @@ ToolsRequest read_chat_tools(const OJson& body, ToolCallFormat auto_format) {
   }
   read_choice(
       body,
-      [](const OJson& choice) {
-        const OJson* fn = ofield(choice, "function");
+      [](const Json& choice) {
+        const Json* fn = field(choice, "function");
         if (fn == nullptr || !fn->is_object())
           throw_invalid("tool_choice.function", "'tool_choice.function' must be an object with the function's name");
         return string_field(*fn, "name", "tool_choice.function.name", true);
@@ -153,23 +148,23 @@ ToolsRequest read_chat_tools(const OJson& body, ToolCallFormat auto_format) {
   return out;
 }
 
-ToolsRequest read_response_tools(const OJson& body, ToolCallFormat auto_format) {
+ToolsRequest read_response_tools(const Json& body, ToolCallFormat auto_format) {
   ToolsRequest out;
-  if (const OJson* tools = tools_list(body)) {
+  if (const Json* tools = tools_list(body)) {
     for (size_t i = 0; i < tools->size(); ++i) {
       const std::string param = fmt::format("tools[{}]", i);
-      const OJson& tool = (*tools)[i];
+      const Json& tool = (*tools)[i];
       check_function_type(tool, param);
       add_function(tool, param, out);
       // Chat templates know chat's shape.
-      OJson fn = OJson::object();
+      Json fn = Json::object();
       for (const char* key : {"name", "description", "parameters"})
-        if (const OJson* v = ofield(tool, key)) fn[key] = *v;
-      out.tools.push_back(OJson{{"type", "function"}, {"function", std::move(fn)}});
+        if (const Json* v = field(tool, key)) fn[key] = *v;
+      out.tools.push_back(Json{{"type", "function"}, {"function", std::move(fn)}});
     }
   }
   read_choice(
-      body, [](const OJson& choice) { return string_field(choice, "name", "tool_choice.name", true); }, out);
+      body, [](const Json& choice) { return string_field(choice, "name", "tool_choice.name", true); }, out);
   finish_request(out, auto_format);
   return out;
 }
@@ -179,14 +174,14 @@ void apply_tool_choice(const ToolsRequest& tools, bool skip_special_tokens_given
     if (!params.grammar.empty())
       throw_invalid("tool_choice", "'tool_choice' \"{}\" constrains the output, and so does response_format: send one",
                     tools.choice == ToolsRequest::Choice::kNamed ? tools.forced : "required");
-    OJson schema;
+    Json schema;
     if (tools.choice == ToolsRequest::Choice::kNamed) {
       const size_t i = static_cast<size_t>(std::find(tools.names.begin(), tools.names.end(), tools.forced) -
                                            tools.names.begin());
       schema = tools.parameters[i];
     } else {
       // SGLang's shape: a list of {"name", "parameters"} objects, each one of the tools.
-      OJson any_of = OJson::array();
+      Json any_of = Json::array();
       for (size_t i = 0; i < tools.names.size(); ++i)
         any_of.push_back({{"type", "object"},
                           {"properties", {{"name", {{"type", "string"}, {"const", tools.names[i]}}},

@@ -16,8 +16,6 @@
 
 namespace serve8 {
 
-using OJson = nlohmann::ordered_json;
-
 struct ToolsRequest {
   enum class Choice {
     kNone,      // no tools, or tool_choice "none": the output is text
@@ -28,9 +26,9 @@ struct ToolsRequest {
   Choice choice = Choice::kNone;
   // The chat-shape tool dicts for the chat template ({"type": "function", "function": {...}}),
   // as the request gave them; empty with tool_choice "none" (SGLang's choice).
-  OJson tools = OJson::array();
+  Json tools = Json::array();
   std::vector<std::string> names;
-  std::vector<OJson> parameters;  // names[i]'s JSON schema
+  std::vector<Json> parameters;  // names[i]'s JSON schema
   std::string forced;
   bool parallel = true;  // parallel_tool_calls: false keeps one call
   ToolCallFormat format = ToolCallFormat::kNone;
@@ -40,10 +38,10 @@ struct ToolsRequest {
 
 // Chat's `tools` ([{"type": "function", "function": {"name", "description", "parameters"}}]),
 // `tool_choice` and `parallel_tool_calls`. auto_format: how the model writes calls.
-ToolsRequest read_chat_tools(const OJson& body, ToolCallFormat auto_format);
+ToolsRequest read_chat_tools(const Json& body, ToolCallFormat auto_format);
 // The Responses API's flat tools ([{"type": "function", "name", "description", "parameters"}])
 // and tool_choice ({"type": "function", "name"} for a named one).
-ToolsRequest read_response_tools(const OJson& body, ToolCallFormat auto_format);
+ToolsRequest read_response_tools(const Json& body, ToolCallFormat auto_format);
 
 // What the tool choice asks of decoding: the JSON schema a forcing choice constrains the output
 // to (a 400 when the request already constrains it, as response_format does), and the special

@@ -294,13 +294,12 @@ void register_openai_routes(Router& server, ServerContext& ctx) {
     const Json body = parse_json_object(req.body);
     check_model(ctx, body);
     const Common c = read_common(ctx, body, "chatcmpl-");
-    const OJson ordered = parse_ordered_body(req.body);
-    const OJson messages = chat_messages(ordered);
+    const Json messages = chat_messages(body);
     if (ctx.tokenizer() == nullptr)
       throw_invalid("messages", "This model has no tokenizer, so it cannot serve chat; use /generate with input_ids");
     if (!ctx.tokenizer()->has_chat_template())
       throw_invalid("messages", "This model has no chat template; use /v1/completions");
-    auto tools = std::make_shared<const ToolsRequest>(read_chat_tools(ordered, ctx.tool_call_format));
+    auto tools = std::make_shared<const ToolsRequest>(read_chat_tools(body, ctx.tool_call_format));
     GenerationInput in;
     in.input_ids = encode_chat_prompt(ctx, messages, *tools, "messages");
     std::vector<GenerationInput> inputs;

@@ -216,9 +216,8 @@ void handle_response(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
   }
   if (ctx.tokenizer() == nullptr || !ctx.tokenizer()->has_chat_template())
     throw_invalid("input", "This model has no chat template; use /v1/completions");
-  const OJson ordered = parse_ordered_body(req.body);
-  const OJson messages = response_input_messages(ordered);
-  auto tools = std::make_shared<const ToolsRequest>(read_response_tools(ordered, ctx.tool_call_format));
+  const Json messages = response_input_messages(body);
+  auto tools = std::make_shared<const ToolsRequest>(read_response_tools(body, ctx.tool_call_format));
 
   GenerationInput in;
   in.input_ids = encode_chat_prompt(ctx, messages, *tools, "input");
