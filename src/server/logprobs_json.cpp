@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <string>
 
 namespace serve8 {
 
@@ -32,6 +34,44 @@ size_t rendered_tokens(const TextOutput& out) {
   return n > 0 && out.finished() && out.matched_token_id() >= 0 ? n - 1 : n;
 }
 
+Json legacy_lists() {
+  return {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+          {"text_offset", Json::array()}};
+}
+
+// Appends tokens ids[begin, end) and their log probabilities to the legacy completions lists; text
+// offsets count from `offset`, which moves past ids[0, end). The prompt's first token (NaN) has a
+// null top list.
+void append_legacy(const Tokenizer* tok, std::span<const int32_t> ids, std::span<const RowLogprobs> lps, size_t begin,
+                   size_t end, size_t& offset, Json& lists) {
+  for (size_t i = 0; i < end; ++i) {
+    const std::string t = token_text(tok, ids[i]);
+    if (i >= begin) {
+      lists["tokens"].push_back(t);
+      lists["token_logprobs"].push_back(finite(lps[i].chosen));
+      Json top = Json::object();
+      for (const auto& [id, lp] : lps[i].top) top[token_text(tok, id)] = finite(lp);
+      lists["top_logprobs"].push_back(std::isnan(lps[i].chosen) ? Json(nullptr) : top);
+      lists["text_offset"].push_back(offset);
+    }
+    offset += t.size();
+  }
+}
+
+// SGLang's [logprob, id, text or null] list of ids[i] with lps[i], and their top lists.
+void sglang_lists(const Tokenizer* tok, std::span<const int32_t> ids, std::span<const RowLogprobs> lps, bool with_text,
+                  Json& chosen, Json& tops) {
+  chosen = Json::array();
+  tops = Json::array();
+  const auto text = [&](int32_t id) { return with_text ? Json(token_text(tok, id)) : Json(nullptr); };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    chosen.push_back(Json::array({finite(lps[i].chosen), ids[i], text(ids[i])}));
+    Json top = Json::array();
+    for (const auto& [t, lp] : lps[i].top) top.push_back(Json::array({finite(lp), t, text(t)}));
+    tops.push_back(std::isnan(lps[i].chosen) ? Json(nullptr) : top);
+  }
+}
+
 }  // namespace
 
 Json chat_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, size_t end) {
@@ -51,75 +91,31 @@ Json chat_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, si
 }
 
 Json completion_logprobs(const Tokenizer* tok, const TextOutput& out, size_t begin, size_t end, size_t offset) {
-  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
-  const auto& lps = out.logprobs();
-  end = std::min(end, rendered_tokens(out));
-  for (size_t i = 0; i < end; ++i) {
-    const std::string t = token_text(tok, out.output_ids()[i]);
-    if (i >= begin) {
-      tokens.push_back(t);
-      token_lps.push_back(finite(lps[i].chosen));
-      Json top = Json::object();
-      for (const auto& [id, lp] : lps[i].top) top[token_text(tok, id)] = finite(lp);
-      tops.push_back(top);
-      offsets.push_back(offset);
-    }
-    offset += t.size();
-  }
-  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  Json lists = legacy_lists();
+  append_legacy(tok, out.output_ids(), out.logprobs(), begin, std::min(end, rendered_tokens(out)), offset, lists);
+  return lists;
 }
 
 void add_sglang_logprobs(const Tokenizer* tok, const TextOutput& out, bool with_text, Json& meta) {
-  Json chosen = Json::array(), tops = Json::array();
-  const auto& lps = out.logprobs();
-  const size_t n = std::min(lps.size(), out.output_ids().size());
-  const auto text = [&](int32_t id) { return with_text ? Json(token_text(tok, id)) : Json(nullptr); };
-  for (size_t i = 0; i < n; ++i) {
-    const int32_t id = out.output_ids()[i];
-    chosen.push_back(Json::array({finite(lps[i].chosen), id, text(id)}));
-    Json top = Json::array();
-    for (const auto& [t, lp] : lps[i].top) top.push_back(Json::array({finite(lp), t, text(t)}));
-    tops.push_back(top);
-  }
-  meta["output_token_logprobs"] = chosen;
-  meta["output_top_logprobs"] = tops;
+  const size_t n = std::min(out.logprobs().size(), out.output_ids().size());
+  sglang_lists(tok, std::span(out.output_ids()).first(n), out.logprobs(), with_text, meta["output_token_logprobs"],
+               meta["output_top_logprobs"]);
 }
 
 void add_sglang_prompt_logprobs(const Tokenizer* tok, const TextOutput& out, std::span<const int32_t> prompt,
                                 size_t start, bool with_text, Json& meta) {
-  Json chosen = Json::array(), tops = Json::array();
   const auto& lps = out.prompt_logprobs();
-  const auto text = [&](int32_t id) { return with_text ? Json(token_text(tok, id)) : Json(nullptr); };
-  for (size_t i = 0; i < lps.size() && start + i < prompt.size(); ++i) {
-    const int32_t id = prompt[start + i];
-    chosen.push_back(Json::array({finite(lps[i].chosen), id, text(id)}));
-    Json top = Json::array();
-    for (const auto& [t, lp] : lps[i].top) top.push_back(Json::array({finite(lp), t, text(t)}));
-    tops.push_back(std::isnan(lps[i].chosen) ? Json(nullptr) : top);
-  }
-  meta["input_token_logprobs"] = chosen;
-  meta["input_top_logprobs"] = tops;
+  const size_t n = start < prompt.size() ? std::min(lps.size(), prompt.size() - start) : 0;
+  sglang_lists(tok, prompt.subspan(start, n), lps, with_text, meta["input_token_logprobs"], meta["input_top_logprobs"]);
 }
 
 Json echo_completion_logprobs(const Tokenizer* tok, const TextOutput& out, std::span<const int32_t> prompt, size_t end) {
-  Json tokens = Json::array(), token_lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  Json lists = legacy_lists();
   size_t offset = 0;
   const auto& lps = out.prompt_logprobs();
-  for (size_t i = 0; i < prompt.size() && i < lps.size(); ++i) {
-    const std::string t = token_text(tok, prompt[i]);
-    tokens.push_back(t);
-    token_lps.push_back(finite(lps[i].chosen));
-    Json top = Json::object();
-    for (const auto& [id, lp] : lps[i].top) top[token_text(tok, id)] = finite(lp);
-    tops.push_back(std::isnan(lps[i].chosen) ? Json(nullptr) : top);
-    offsets.push_back(offset);
-    offset += t.size();
-  }
-  Json all = {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-  const Json rest = completion_logprobs(tok, out, 0, end, offset);
-  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-    for (const Json& v : rest[key]) all[key].push_back(v);
-  return all;
+  append_legacy(tok, prompt, lps, 0, std::min(prompt.size(), lps.size()), offset, lists);
+  append_legacy(tok, out.output_ids(), out.logprobs(), 0, std::min(end, rendered_tokens(out)), offset, lists);
+  return lists;
 }
 
 }  // namespace serve8
