@@ -373,14 +373,9 @@ void Scheduler::postprocess(const std::vector<Row>& rows, const Tensor& logits) 
 
 bool Scheduler::check_stop(Request& r, int32_t token) {
   const SamplingParams& p = r.params;
-  // The mask lets a stop token (EOS) through only where the grammar is complete: it ends the request
+  // A grammar's mask lets EOS through only where the grammar is complete: then it ends the request
   // even with ignore_eos, since nothing may follow.
-  if (r.grammar && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
-    r.finish = FinishReason::kStop;
-    r.matched_stop = std::to_string(token);
-    return true;
-  }
-  if (!p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
+  if ((!p.ignore_eos || r.grammar) && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end()) {
     r.finish = FinishReason::kStop;
     r.matched_stop = std::to_string(token);
     return true;
