@@ -229,3 +229,31 @@ def post_raw(server, body):
     s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     return s
+
+
+def fits_schema(value, schema):
+    """Whether `value` fits `schema`, for the keywords the tests' schemas use (type, enum, bounds,
+    lengths, items, properties, required, additionalProperties); no jsonschema needed."""
+    kinds = {"object": dict, "string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
+    t = schema.get("type")
+    if t and (not isinstance(value, kinds[t]) or (t in ("integer", "number") and isinstance(value, bool))):
+        return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
+            return False
+    if isinstance(value, str) and not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
+        return False
+    if isinstance(value, list):
+        if len(value) > schema.get("maxItems", len(value)):
+            return False
+        return all(fits_schema(v, schema.get("items", {})) for v in value)
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        if any(k not in value for k in schema.get("required", [])):
+            return False
+        if schema.get("additionalProperties") is False and any(k not in props for k in value):
+            return False
+        return all(fits_schema(v, props[k]) for k, v in value.items() if k in props)
+    return True

@@ -21,7 +21,7 @@ import openai
 import pydantic
 import pytest
 
-from conftest import REPO_ROOT, read_sse
+from conftest import REPO_ROOT, fits_schema, read_sse
 
 # LiteLLM fetches its model-cost map from GitHub at import unless told to use its bundled copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -84,38 +84,11 @@ WEATHER = {"type": "function",
 WEATHER_ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def by_hand(value, schema):
-    """Whether `value` fits `schema`, for the keywords the schemas here use (where jsonschema is absent)."""
-    kinds = {"object": dict, "string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}
-    t = schema.get("type")
-    if t and (not isinstance(value, kinds[t]) or (t in ("integer", "number") and isinstance(value, bool))):
-        return False
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            return False
-    if isinstance(value, str) and not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
-        return False
-    if isinstance(value, list):
-        if len(value) > schema.get("maxItems", len(value)):
-            return False
-        return all(by_hand(v, schema.get("items", {})) for v in value)
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        if any(k not in value for k in schema.get("required", [])):
-            return False
-        if schema.get("additionalProperties") is False and any(k not in props for k in value):
-            return False
-        return all(by_hand(v, props[k]) for k, v in value.items() if k in props)
-    return True
-
-
 def validate(value, schema):
     try:
         import jsonschema
     except ImportError:
-        assert by_hand(value, schema), f"{value!r} does not fit {schema}"
+        assert fits_schema(value, schema), f"{value!r} does not fit {schema}"
         return
     jsonschema.validate(value, schema)
 

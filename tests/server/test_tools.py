@@ -15,7 +15,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import REPO_ROOT, serve8_bin
+from conftest import REPO_ROOT, fits_schema, serve8_bin
 
 GGUF = Path(os.environ.get("SERVE8_MODELS_DIR") or REPO_ROOT / ".models") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -53,28 +53,10 @@ SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def fits(value, schema):
-    """Whether `value` fits `schema`, for the keywords the tools above use."""
-    kinds = {"object": dict, "string": str, "integer": int, "number": (int, float), "boolean": bool}
-    if "type" in schema:
-        if not isinstance(value, kinds[schema["type"]]) or (schema["type"] == "integer" and isinstance(value, bool)):
-            return False
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        if any(k not in value for k in schema.get("required", [])):
-            return False
-        if schema.get("additionalProperties") is False and any(k not in props for k in value):
-            return False
-        return all(fits(v, props[k]) for k, v in value.items() if k in props)
-    return True
-
-
 def check_call(name, arguments):
     assert name in SCHEMAS, name
     args = json.loads(arguments)
-    assert fits(args, SCHEMAS[name]), f"{name}({arguments}) does not fit {SCHEMAS[name]}"
+    assert fits_schema(args, SCHEMAS[name]), f"{name}({arguments}) does not fit {SCHEMAS[name]}"
     return args
 
 
