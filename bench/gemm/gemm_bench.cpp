@@ -1,13 +1,14 @@
 // bench/gemm: decode-sized GEMMs (M = 1..64 rows) on the weight matrices of Llama-3-8B,
 // Llama-2-13B and Llama-2-70B, against the machine's copy bandwidth measured in the same run.
-// Kernels: serve8's FP8 GEMM as the backend dispatches it (gemm_fp8), cuBLASLt FP8 (e4m3 with
-// per-row and per-channel scales), the CUDA-core FP8 GEMV (M = 1) and cuBLASLt bf16 (the bf16
-// weights' GEMM). Each run starts with a cold L2 (every matrix but the largest fits in it).
+// Kernels: serve8's FP8 GEMM as the backend dispatches it (gemm_fp8: the skinny wgmma kernel up to
+// 16 rows, cuBLASLt above), cuBLASLt FP8 (e4m3 with per-row and per-channel scales), the skinny
+// kernel at forced split counts (--splits) and cuBLASLt bf16 (the bf16 weights' GEMM).
 //
-//   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT]
+//   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
 //
 // A row's bytes are the weight, the input rows and the output rows; fraction_of_copy is its rate
-// over the copy bandwidth (read + write).
+// over the copy bandwidth (read + write) for one launch after an L2 flush, graph_fraction_of_copy
+// for launches back to back in a CUDA graph on distinct weight copies (as in a decode step).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,7 +29,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "cli/build_info.h"
+#include "core/error.h"
 
 namespace serve8 {
 namespace {
@@ -75,6 +78,41 @@ double time_cold_ms(cudaStream_t s, int reps, const void* flush, size_t flush_by
   return t[t.size() / 2];
 }
 
+// Median milliseconds per launch of fn(0) ... fn(copies - 1) captured back to back in one CUDA
+// graph, as a decode step runs them: each launch reads its own copy of the weights (together
+// several times the L2), and the gaps between launches are the graph's, not the host's.
+template <typename F>
+double time_graph_ms(cudaStream_t s, int reps, int copies, F&& fn) {
+  for (int c = 0; c < copies; ++c) fn(c);  // plans and handles outside the capture
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  SERVE8_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int c = 0; c < copies; ++c) fn(c);
+  SERVE8_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  SERVE8_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  SERVE8_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  cudaEvent_t a, b;
+  SERVE8_CUDA_CHECK(cudaEventCreate(&a));
+  SERVE8_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    launch_spin(50.0, s);
+    SERVE8_CUDA_CHECK(cudaEventRecord(a, s));
+    SERVE8_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    SERVE8_CUDA_CHECK(cudaEventRecord(b, s));
+    SERVE8_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    SERVE8_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms / copies);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Random valid bytes: e4m3 codes without NaN's, or bf16 values of N(0, 1).
 void fill(Backend& be, void* dst, size_t bytes, bool fp8, std::mt19937_64& gen) {
   const size_t block = std::min<size_t>(bytes, 4u << 20);
@@ -92,6 +130,8 @@ void fill(Backend& be, void* dst, size_t bytes, bool fp8, std::mt19937_64& gen) 
     be.copy_to_device(static_cast<char*>(dst) + off, h.data(), std::min(block, bytes - off));
 }
 
+const uint8_t* bytes_of(const Buffer& b) { return static_cast<const uint8_t*>(b.data()); }
+
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -103,6 +143,7 @@ int run(int argc, char** argv) {
   std::string out_path = "gemm_bench.json", filter;
   int reps = 20;
   std::vector<int64_t> ms_list = {1, 2, 4, 8, 16, 32, 64};
+  std::vector<int64_t> splits_list;
   std::string command = "bench_gemm";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -116,10 +157,11 @@ int run(int argc, char** argv) {
       reps = std::max(1, std::atoi(v.c_str()));
     } else if (a == "--filter") {
       filter = v;
-    } else if (a == "--m") {
-      ms_list.clear();
+    } else if (a == "--m" || a == "--splits") {
+      std::vector<int64_t>& list = a == "--m" ? ms_list : splits_list;
+      list.clear();
       std::stringstream ss(v);
-      for (std::string x; std::getline(ss, x, ',');) ms_list.push_back(std::atoll(x.c_str()));
+      for (std::string x; std::getline(ss, x, ',');) list.push_back(std::atoll(x.c_str()));
     } else {
       throw std::runtime_error("bench_gemm: unknown argument " + a);
     }
@@ -146,16 +188,19 @@ int run(int argc, char** argv) {
     copy_gbs = 2.0 * static_cast<double>(bytes) / ms / 1e6;
   }
   std::printf("device: %s\ncopy: %.0f GB/s\n\n", be.device_description().c_str(), copy_gbs);
-  std::printf("%-22s %3s %-14s %9s %8s %7s\n", "matrix", "M", "kernel", "ms", "GB/s", "%copy");
+  std::printf("%-22s %3s %-14s %9s %7s %9s %7s\n", "matrix", "M", "kernel", "cold ms", "%copy", "graph ms", "%copy");
 
   CublasLtGemm lt(s);
+  SkinnyFp8Gemm skinny(props.multiProcessorCount);
   Json rows = Json::array();
   const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   for (const Matrix& mat : kMatrices) {
     const std::string label = std::string(mat.model) + " " + mat.name;
     if (!filter.empty() && label.find(filter) == std::string::npos) continue;
     const int64_t n = mat.n, k = mat.k;
-    Buffer w8(be, size_t(n * k)), w16(be, size_t(n * k) * 2), ws(be, size_t(n) * 4);
+    // Weight copies for the graph timing: together at least three L2s.
+    const int copies = static_cast<int>(std::max<int64_t>(2, (3 * int64_t(props.l2CacheSize) + n * k - 1) / (n * k)));
+    Buffer w8(be, size_t(n * k) * copies), w16(be, size_t(n * k) * 2 * copies), ws(be, size_t(n) * 4);
     Buffer x8(be, size_t(max_m * k)), x16(be, size_t(max_m * k) * 2), xs(be, size_t(max_m) * 4);
     Buffer out(be, size_t(max_m * n) * 2);
     fill(be, w8.data(), w8.bytes(), true, gen);
@@ -166,19 +211,23 @@ int run(int argc, char** argv) {
     be.copy_to_device(ws.data(), ones.data(), size_t(n) * 4);
     be.copy_to_device(xs.data(), ones.data(), size_t(max_m) * 4);
     for (const int64_t m : ms_list) {
-      const Tensor tx8 = x8.view(DType::kFP8E4M3, {m, k}), tw8 = w8.view(DType::kFP8E4M3, {n, k});
-      const Tensor txs = xs.view(DType::kF32, {m}), tws = ws.view(DType::kF32, {n});
-      const Tensor tout = out.view(DType::kBF16, {m, n});
+      const Tensor tx8 = x8.view(DType::kFP8E4M3, {m, k}), txs = xs.view(DType::kF32, {m});
+      const Tensor tws = ws.view(DType::kF32, {n}), tout = out.view(DType::kBF16, {m, n});
+      const Tensor tx16 = x16.view(DType::kBF16, {m, k});
+      const auto w8_copy = [&](int c) { return bytes_of(w8) + size_t(n * k) * size_t(c); };
+      const auto w16_copy = [&](int c) { return bytes_of(w16) + size_t(n * k) * 2 * size_t(c); };
       struct Kernel {
         std::string name;
         double weight_bytes;
-        std::function<void()> fn;
+        std::function<void(int)> fn;  // on weight copy c
       };
       std::vector<Kernel> kernels;
-      kernels.push_back({"serve8 fp8", double(n * k), [&] { be.gemm_fp8(tx8, txs, tw8, tws, nullptr, tout); }});
+      kernels.push_back({"serve8 fp8", double(n * k), [&](int c) {
+                           const Tensor tw8(const_cast<uint8_t*>(w8_copy(c)), DType::kFP8E4M3, {n, k});
+                           be.gemm_fp8(tx8, txs, tw8, tws, nullptr, tout);
+                         }});
       GemmArgs fa;
       fa.x = x8.data();
-      fa.w = w8.data();
       fa.out = out.data();
       fa.m = m;
       fa.n = n;
@@ -186,30 +235,43 @@ int run(int argc, char** argv) {
       fa.in_type = CUDA_R_8F_E4M3;
       fa.x_scale = static_cast<const float*>(xs.data());
       fa.w_scale = static_cast<const float*>(ws.data());
-      kernels.push_back({"cublaslt fp8", double(n * k), [&, fa] { lt.run(fa); }});
-      if (m == 1) {
-        Fp8GemvParams gv;
-        gv.x = static_cast<const uint8_t*>(x8.data());
-        gv.w = static_cast<const uint8_t*>(w8.data());
-        gv.x_scale = fa.x_scale;
-        gv.w_scale = fa.w_scale;
-        gv.out = out.data();
-        gv.m = 1;
-        gv.n = n;
-        gv.k = k;
-        kernels.push_back({"gemv fp8", double(n * k), [&, gv] { launch_fp8_gemv(gv, s); }});
+      kernels.push_back({"cublaslt fp8", double(n * k), [&, fa](int c) {
+                           GemmArgs g = fa;
+                           g.w = w8_copy(c);
+                           lt.run(g);
+                         }});
+      SkinnyGemmArgs sa;
+      sa.x = bytes_of(x8);
+      sa.x_scale = fa.x_scale;
+      sa.w_scale = fa.w_scale;
+      sa.out = out.data();
+      sa.m = m;
+      sa.n = n;
+      sa.k = k;
+      for (const int64_t splits : splits_list) {
+        const SkinnyGemmPlan plan = skinny_gemm_with_splits(m, n, k, static_cast<int>(splits));
+        if (plan.token_tile == 0 || plan.splits != splits || plan.workspace_bytes > skinny.workspace_bytes()) continue;
+        kernels.push_back({"skinny s" + std::to_string(splits), double(n * k), [&, sa, plan](int c) {
+                             SkinnyGemmArgs g = sa;
+                             g.w = w8_copy(c);
+                             SERVE8_CHECK(skinny.run(g, plan, s), "bench_gemm: the skinny kernel refused a plan");
+                           }});
       }
-      const Tensor tx16 = x16.view(DType::kBF16, {m, k}), tw16 = w16.view(DType::kBF16, {n, k});
-      kernels.push_back({"cublaslt bf16", double(n * k) * 2, [&] { be.gemm(tx16, tw16, nullptr, tout); }});
+      kernels.push_back({"cublaslt bf16", double(n * k) * 2, [&](int c) {
+                           const Tensor tw16(const_cast<uint8_t*>(w16_copy(c)), DType::kBF16, {n, k});
+                           be.gemm(tx16, tw16, nullptr, tout);
+                         }});
       for (const Kernel& kn : kernels) {
-        const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, sinkp, kn.fn);
+        const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, sinkp, [&] { kn.fn(0); });
+        const double graph_ms = time_graph_ms(s, reps, copies, kn.fn);
         const double in_bytes = double(m * k) * (kn.weight_bytes > double(n * k) ? 2 : 1);
         const double bytes = kn.weight_bytes + in_bytes + double(m * n) * 2;
-        const double gbs = bytes / ms / 1e6;
-        std::printf("%-22s %3lld %-14s %9.4f %8.0f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
-                    kn.name.c_str(), ms, gbs, 100.0 * gbs / copy_gbs);
+        const double gbs = bytes / ms / 1e6, graph_gbs = bytes / graph_ms / 1e6;
+        std::printf("%-22s %3lld %-14s %9.4f %6.1f%% %9.4f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
+                    kn.name.c_str(), ms, 100.0 * gbs / copy_gbs, graph_ms, 100.0 * graph_gbs / copy_gbs);
         rows.push_back({{"model", mat.model}, {"matrix", mat.name}, {"m", m}, {"n", n}, {"k", k}, {"kernel", kn.name},
-                        {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs}});
+                        {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs},
+                        {"graph_ms", graph_ms}, {"graph_copies", copies}, {"graph_fraction_of_copy", graph_gbs / copy_gbs}});
       }
     }
   }

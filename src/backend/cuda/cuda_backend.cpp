@@ -141,12 +141,14 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(com
   profiler_.attach(stream_);
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
+  skinny_fp8_ = std::make_unique<SkinnyFp8Gemm>(props_.multiProcessorCount);
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
+  skinny_fp8_.reset();
   sampler_.reset();
   attention_.reset();
   if (arrays_) cudaFree(arrays_);

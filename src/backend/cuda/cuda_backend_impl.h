@@ -15,6 +15,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/sampler.h"
+#include "backend/cuda/skinny_gemm.h"
 
 namespace serve8 {
 
@@ -101,6 +102,7 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
+  std::unique_ptr<SkinnyFp8Gemm> skinny_fp8_;
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;

@@ -1,5 +1,5 @@
-// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the GEMV
-// for one row, cuBLASLt for more: bench_gemm, bench/README.md).
+// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the skinny
+// wgmma kernel up to 64 rows, cuBLASLt for more: bench_gemm, bench/README.md).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -54,8 +54,8 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
                  "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
   }
   const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-  if (m <= kFp8GemvMaxRows && aligned(xq.data) && aligned(wq.data)) {
-    Fp8GemvParams g;
+  if (aligned(xq.data) && aligned(wq.data)) {
+    SkinnyGemmArgs g;
     g.x = xq.ptr<const uint8_t>();
     g.w = wq.ptr<const uint8_t>();
     g.x_scale = x_scale.ptr<const float>();
@@ -67,8 +67,7 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
     g.m = m;
     g.n = n;
     g.k = k;
-    launch_fp8_gemv(g, stream_);
-    return;
+    if (skinny_fp8_->run(g, stream_)) return;
   }
   GemmArgs a = cuda_ops::gemm_args(xq, wq, bias, out, m);
   a.x_scale = x_scale.ptr<const float>();

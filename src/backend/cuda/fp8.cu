@@ -1,6 +1,5 @@
-// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token),
-// the scales and bias after an unscaled cuBLASLt GEMM, and a GEMV for one row (decode at batch 1),
-// where cuBLASLt's tensor-core tiles leave the weights' bandwidth unused.
+// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token)
+// and the scales and bias after an unscaled cuBLASLt GEMM.
 #include <algorithm>
 
 #include "backend/cuda/attention_common.cuh"
@@ -72,74 +71,7 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
   }
 }
 
-constexpr int kGemvWarps = 8;
-
-// Sixteen e4m3 codes widened to fp32 (exactly), as the attention kernels widen FP8 KV.
-__device__ __forceinline__ void widen16(const uint4& v, float (&f)[16]) {
-  float lo[8], hi[8];
-  KvTraits<DType::kFP8E4M3>::to_float8(uint2{v.x, v.y}, lo);
-  KvTraits<DType::kFP8E4M3>::to_float8(uint2{v.z, v.w}, hi);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    f[i] = lo[i];
-    f[8 + i] = hi[i];
-  }
-}
-
-// A warp per output row: each lane streams 16 weight bytes at a time (read once, not kept in L1)
-// against the M input rows, which every warp shares through L1; fp32 sums, then the scales.
-template <int M>
-__global__ void __launch_bounds__(kGemvWarps * 32) fp8_gemv_kernel(const Fp8GemvParams p) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kGemvWarps + (threadIdx.x >> 5);
-  if (row >= p.n) return;
-  const uint4* w = reinterpret_cast<const uint4*>(p.w + row * p.k);
-  const int chunks = static_cast<int>(p.k / 16);
-  float acc[M] = {};
-#pragma unroll 4
-  for (int c = lane; c < chunks; c += 32) {
-    uint4 wv;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(wv.x), "=r"(wv.y), "=r"(wv.z), "=r"(wv.w)
-                 : "l"(w + c));
-    float wf[16];
-    widen16(wv, wf);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float xf[16];
-      widen16(__ldg(reinterpret_cast<const uint4*>(p.x + m * p.k) + c), xf);
-#pragma unroll
-      for (int i = 0; i < 16; ++i) acc[m] = fmaf(wf[i], xf[i], acc[m]);
-    }
-  }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    float v = acc[m];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) {
-      float b = 0.0f;
-      if (p.bias)
-        b = p.bias_f32 ? static_cast<const float*>(p.bias)[row]
-                       : bf16_bits_to_float(static_cast<const uint16_t*>(p.bias)[row]);
-      const float r = v * p.x_scale[m] * p.w_scale[row] + b;
-      if (p.out_f32) {
-        static_cast<float*>(p.out)[m * p.n + row] = r;
-      } else {
-        static_cast<uint16_t*>(p.out)[m * p.n + row] = float_to_bf16_bits(r);
-      }
-    }
-  }
-}
-
 }  // namespace
-
-void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream) {
-  if (p.m == 0 || p.n == 0) return;
-  const unsigned blocks = static_cast<unsigned>((p.n + kGemvWarps - 1) / kGemvWarps);
-  static_assert(kFp8GemvMaxRows == 1, "instantiate fp8_gemv_kernel for every row count it takes");
-  fp8_gemv_kernel<1><<<blocks, kGemvWarps * 32, 0, stream>>>(p);
-  SERVE8_CUDA_CHECK_LAUNCH("fp8_gemv_kernel");
-}
 
 void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;

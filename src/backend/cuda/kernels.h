@@ -101,23 +101,6 @@ struct Fp8ScaleParams {
 };
 void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
 
-// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]) for at most kFp8GemvMaxRows rows
-// m; x and w e4m3 rows of k bytes (a multiple of 16, 16-byte aligned).
-// One row: the GEMV beats cuBLASLt's FP8 GEMM on 11 of 12 Llama matrices; from two rows cuBLASLt
-// (an mma.sync e4m3 kernel only tied it at 2-8 rows: Hopper runs those MMAs through fp16).
-constexpr int kFp8GemvMaxRows = 1;
-struct Fp8GemvParams {
-  const uint8_t* x = nullptr;
-  const uint8_t* w = nullptr;
-  const float* x_scale = nullptr;
-  const float* w_scale = nullptr;
-  const void* bias = nullptr;  // optional
-  bool bias_f32 = false;
-  void* out = nullptr;
-  bool out_f32 = false;  // else bf16
-  int64_t m = 0, n = 0, k = 0;
-};
-void launch_fp8_gemv(const Fp8GemvParams& p, cudaStream_t stream);
 
 // Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
 // to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.

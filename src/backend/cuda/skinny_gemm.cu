@@ -1,0 +1,274 @@
+// The skinny FP8 GEMM (skinny_gemm.h). A block of one warpgroup computes 64 output channels x
+// token_tile tokens over its K range: cp.async streams 64 weight rows x 256 bytes and the token
+// rows per stage into 128-byte-swizzled shared memory (two atoms of [rows][128 bytes]), and wgmma
+// m64nXk32 e4m3 multiplies from there.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/skinny_gemm.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
+constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
+constexpr int kMaxTiles = 1 << 16;
+
+// A stage: the weight atoms (64 rows x 128 bytes each), then the token atoms.
+constexpr int stage_bytes(int nt) { return kAtoms * (kSkinnyTileN + nt) * kAtomBytes; }
+// Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
+// (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
+constexpr int stages_for(int nt) { return std::clamp(110 * 1024 / stage_bytes(nt), 2, 8); }
+constexpr int smem_bytes(int nt) { return stages_for(nt) * stage_bytes(nt) + 1024; }
+
+struct KernelParams {
+  SkinnyGemmArgs a;
+  int kblocks = 0, kblocks_per_split = 0, splits = 0;
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+
+// A K-major operand in 128-byte swizzle: rows of 128 bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// 16 bytes global -> shared, zero-filled where the source is outside the matrix.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT / 2], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3<8>(float (&d)[4], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {"
+               "%0, %1, %2, %3}, %4, %5, 1, 1, 1;\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "l"(a), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[8], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+               "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1;\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "l"(a), "l"(b));
+}
+
+// Row r's 16-byte chunk c of a 128-byte swizzle row lands at chunk c ^ (r % 8).
+__device__ __forceinline__ uint32_t swizzled(int r, int c) {
+  return static_cast<uint32_t>(r * kAtomBytes + ((c ^ (r & 7)) << 4));
+}
+
+// Weights: 64 rows x 16 chunks, consecutive threads along a row.
+__device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, uint32_t stage, int64_t row0, int64_t k0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  constexpr int kChunks = kSkinnyBlockK / 16;
+#pragma unroll
+  for (int j = 0; j < kSkinnyTileN * kChunks / kThreads; ++j) {
+    const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
+    const int64_t row = row0 + r, col = k0 + c * 16;
+    const bool ok = row < a.n && col < a.k;
+    cp_async16(stage + (c >> 3) * (kSkinnyTileN * kAtomBytes) + swizzled(r, c & 7), ok ? a.w + row * a.k + col : a.w,
+               ok);
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t k0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  constexpr int kChunks = kSkinnyBlockK / 16;
+  const uint32_t base = stage + kAtoms * kSkinnyTileN * kAtomBytes;
+#pragma unroll
+  for (int j = 0; j < (NT * kChunks + kThreads - 1) / kThreads; ++j) {
+    const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
+    if (i < NT * kChunks) {
+      const int64_t col = k0 + c * 16;
+      const bool ok = r < a.m && col < a.k;
+      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? a.x + r * a.k + col : a.x, ok);
+    }
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
+  constexpr int kStages = stages_for(NT);
+  constexpr int kStageBytes = stage_bytes(NT);
+  constexpr int kRegs = NT / 2;  // accumulators per thread
+  extern __shared__ uint8_t smem_raw[];
+  // Swizzled operands need 1024-byte-aligned 8-row groups.
+  const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  const SkinnyGemmArgs& a = p.a;
+  const int tile = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y);
+  const int64_t row0 = int64_t{tile} * kSkinnyTileN;
+  const int kb0 = split * p.kblocks_per_split;
+  const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
+
+  // The next kernel may start its own weight reads while this one runs.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+  // Weights are never written by a step: their first stages are read before waiting for the
+  // kernel before this one (programmatic launch), everything else after.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s)
+    if (s < nkb) load_weights(a, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < nkb) load_tokens<NT>(a, smem + s * kStageBytes, int64_t{kb0 + s} * kSkinnyBlockK);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+
+  float d[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) d[i] = 0.0f;
+
+  for (int i = 0; i < nkb; ++i) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    // cp.async wrote through the generic proxy; the tensor cores read through the async one.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::);
+    __syncthreads();
+    const int next = i + kStages - 1;
+    if (next < nkb) {
+      const uint32_t st = smem + (next % kStages) * kStageBytes;
+      load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_tokens<NT>(a, st, int64_t{kb0 + next} * kSkinnyBlockK);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    const uint32_t stage = smem + (i % kStages) * kStageBytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+      for (int kk = 0; kk < kAtomBytes / 32; ++kk) {
+        const uint64_t dw = smem_desc(stage + atom * (kSkinnyTileN * kAtomBytes) + kk * 32);
+        const uint64_t dx = smem_desc(stage + kAtoms * kSkinnyTileN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
+        wgmma_e4m3<NT>(d, dw, dx);
+      }
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (p.splits > 1) {
+    // Partials in the accumulators' own order (register i of thread t at [i][t]): the last
+    // block of the tile reads back exactly the registers each split held, in split order.
+    constexpr int kTileFloats = kRegs * kThreads;
+    float* mine = p.partials + (int64_t{tile} * p.splits + split) * kTileFloats;
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) __stcg(mine + i * kThreads + tid, d[i]);
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    if (tid == 0) last = atomicAdd(p.counters + tile, 1u) == static_cast<unsigned>(p.splits - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float sum[kRegs] = {};
+    for (int s = 0; s < p.splits; ++s) {
+      const float* part = p.partials + (int64_t{tile} * p.splits + s) * kTileFloats;
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) sum[i] += s == split ? d[i] : __ldcg(part + i * kThreads + tid);
+    }
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) d[i] = sum[i];
+    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+  }
+
+  // Accumulator layout of m64nX: register 4j+e of lane l in warp w is channel
+  // 16w + l/4 + 8*(e/2), token 8j + 2*(l%4) + e%2.
+  const int warp = tid >> 5, lane = tid & 31;
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) {
+    const int e = i & 3, j = i >> 2;
+    const int64_t ch = row0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
+    const int64_t tok = 8 * j + 2 * (lane & 3) + (e & 1);
+    if (ch >= a.n || tok >= a.m) continue;
+    float b = 0.0f;
+    if (a.bias)
+      b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
+                     : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
+    const float r = d[i] * a.x_scale[tok] * a.w_scale[ch] + b;
+    if (a.out_f32) {
+      static_cast<float*>(a.out)[tok * a.n + ch] = r;
+    } else {
+      static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
+    }
+  }
+}
+
+template <int NT>
+void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), static_cast<unsigned>(plan.splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes(NT);
+  config.stream = stream;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_gemm_kernel<NT>, p));
+}
+
+template <int NT>
+int prepare() {
+  SERVE8_CUDA_CHECK(
+      cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT)));
+  int blocks = 0;
+  SERVE8_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT>, kThreads, smem_bytes(NT)));
+  return blocks;
+}
+
+}  // namespace
+
+SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
+  static_assert(kSkinnyTokenTileCount == 2, "prepare every token tile built");
+  blocks_per_sm_[0] = prepare<8>();
+  blocks_per_sm_[1] = prepare<16>();
+  SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
+  SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxTiles * sizeof(unsigned)));
+  SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxTiles * sizeof(unsigned)));
+}
+
+SkinnyFp8Gemm::~SkinnyFp8Gemm() {
+  cudaFree(partials_);
+  cudaFree(counters_);
+}
+
+SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k) const {
+  SkinnyGemmShape shape;
+  shape.sms = sms_;
+  shape.blocks_per_sm = blocks_per_sm_[m <= kSkinnyTokenTiles[0] ? 0 : 1];
+  shape.max_workspace_bytes = workspace_bytes_;
+  return plan_skinny_gemm(m, n, k, shape);
+}
+
+bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
+  return run(args, plan(args.m, args.n, args.k), stream);
+}
+
+bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || plan.workspace_bytes > workspace_bytes_) return false;
+  KernelParams p;
+  p.a = args;
+  p.kblocks = plan.kblocks;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  p.splits = plan.splits;
+  p.partials = partials_;
+  p.counters = counters_;
+  if (plan.token_tile == 8) {
+    launch<8>(p, plan, stream);
+  } else {
+    launch<16>(p, plan, stream);
+  }
+  return true;
+}
+
+}  // namespace serve8

@@ -1,0 +1,53 @@
+// The FP8 GEMM for small decode batches (M <= 16 rows) on Hopper's FP8 tensor cores: the weights
+// are the wgmma's 64-row operand and the tokens its narrow one, so each weight byte is read once;
+// skinny_gemm_plan.h cuts the work, and a tile's last split block adds the partials.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/skinny_gemm_plan.h"
+
+namespace serve8 {
+
+// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]); x and w e4m3 rows of k bytes
+// (k a multiple of 16, both 16-byte aligned), out bf16 or fp32.
+struct SkinnyGemmArgs {
+  const uint8_t* x = nullptr;
+  const uint8_t* w = nullptr;
+  const float* x_scale = nullptr;
+  const float* w_scale = nullptr;
+  const void* bias = nullptr;  // optional
+  bool bias_f32 = false;       // else bf16
+  void* out = nullptr;
+  bool out_f32 = false;  // else bf16
+  int64_t m = 0, n = 0, k = 0;
+};
+
+class SkinnyFp8Gemm {
+ public:
+  // Allocates the partial sums and the per-tile counters once; launches allocate nothing.
+  explicit SkinnyFp8Gemm(int sms, size_t workspace_bytes = size_t{32} << 20);
+  ~SkinnyFp8Gemm();
+  SkinnyFp8Gemm(const SkinnyFp8Gemm&) = delete;
+  SkinnyFp8Gemm& operator=(const SkinnyFp8Gemm&) = delete;
+
+  // token_tile 0 if the shape is not for this kernel.
+  SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k) const;
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // False (nothing launched) when the plan is refused or does not fit the workspace; a plan of
+  // the caller's is for bench_gemm's split sweeps.
+  bool run(const SkinnyGemmArgs& args, cudaStream_t stream);
+  bool run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream);
+
+ private:
+  int sms_ = 0;
+  int blocks_per_sm_[kSkinnyTokenTileCount] = {};
+  size_t workspace_bytes_ = 0;
+  float* partials_ = nullptr;
+  unsigned* counters_ = nullptr;
+};
+
+}  // namespace serve8

@@ -1,0 +1,67 @@
+// The skinny FP8 GEMM's plan: which shapes it takes, and that its splits cover K exactly.
+#include "backend/cuda/skinny_gemm_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace serve8::test {
+namespace {
+
+SkinnyGemmShape h200(size_t workspace = 32 << 20) {
+  SkinnyGemmShape s;
+  s.sms = 132;
+  s.blocks_per_sm = 2;
+  s.max_workspace_bytes = workspace;
+  return s;
+}
+
+TEST(SkinnyGemmPlan, RefusesWhatTheKernelCannotTake) {
+  EXPECT_EQ(plan_skinny_gemm(0, 4096, 4096, h200()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRows + 1, 4096, 4096, h200()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(1, 4096, 4104, h200()).token_tile, 0);  // K % 16
+  EXPECT_EQ(plan_skinny_gemm(1, 0, 4096, h200()).token_tile, 0);
+}
+
+TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRows) {
+  const std::pair<int64_t, int> cases[] = {{1, 8}, {8, 8}, {9, 16}, {16, 16}};
+  for (const auto& [m, tile] : cases) EXPECT_EQ(plan_skinny_gemm(m, 4096, 4096, h200()).token_tile, tile) << m;
+}
+
+TEST(SkinnyGemmPlan, SplitsCoverKWithNoEmptySplit) {
+  const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096},  {28672, 4096}, {4096, 14336}, {15360, 5120}, {5120, 13824},
+                               {8192, 28672}, {57344, 8192}, {960, 576},    {576, 1536},   {100, 48},     {64, 16}};
+  for (const auto& s : shapes) {
+    for (const int64_t m : {1, 9, 16}) {
+      const SkinnyGemmPlan p = plan_skinny_gemm(m, s[0], s[1], h200());
+      ASSERT_NE(p.token_tile, 0) << s[0] << "x" << s[1];
+      EXPECT_EQ(p.tiles_n, (s[0] + kSkinnyTileN - 1) / kSkinnyTileN);
+      EXPECT_EQ(p.kblocks, (s[1] + kSkinnyBlockK - 1) / kSkinnyBlockK);
+      EXPECT_GE(int64_t{p.splits} * p.kblocks_per_split, p.kblocks);
+      EXPECT_LT(int64_t{p.splits - 1} * p.kblocks_per_split, p.kblocks) << "an empty split";
+      EXPECT_EQ(p.workspace_bytes, p.splits > 1 ? size_t(p.blocks()) * kSkinnyTileN * size_t(p.token_tile) * 4 : 0);
+    }
+  }
+}
+
+TEST(SkinnyGemmPlan, SplitsKUntilEverySmStreams) {
+  // Llama-3-8B's o projection has 64 tiles of channels: K is split so that the 132 SMs all read.
+  const SkinnyGemmPlan o = plan_skinny_gemm(1, 4096, 4096, h200());
+  EXPECT_GT(o.splits, 1);
+  EXPECT_GE(o.blocks(), 132);
+  EXPECT_LE(o.blocks(), 2 * 132);
+  // Its gate_up projection has 448 tiles: no split.
+  EXPECT_EQ(plan_skinny_gemm(1, 28672, 4096, h200()).splits, 1);
+  // With no room for partials, no split either.
+  EXPECT_EQ(plan_skinny_gemm(16, 4096, 4096, h200(1024)).splits, 1);
+}
+
+TEST(SkinnyGemmPlan, ForcedSplitsAreClampedToTheKBlocks) {
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4096, 4).splits, 4);
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4096, 4).kblocks_per_split, 4);
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 5120, 3).splits, 3);  // 7 + 7 + 6 K blocks of 256
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4096, 1000).splits, 16);
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4096, 0).splits, 1);
+  EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4100, 2).token_tile, 0);
+}
+
+}  // namespace
+}  // namespace serve8::test
