@@ -10,6 +10,11 @@
 
 namespace serve8 {
 
+// Lets a kernel launched after this one under a programmatic dependent launch (the skinny FP8
+// GEMM, decode attention) start now: it reads its weights while this kernel runs and waits
+// (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
+__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t{h} << 16); }

@@ -107,8 +107,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   const int kb0 = split * p.kblocks_per_split;
   const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
 
-  // The next kernel may start its own weight reads while this one runs.
-  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+  allow_dependent_launch();
   // Weights are never written by a step: their first stages are read before waiting for the
   // kernel before this one (programmatic launch), everything else after.
 #pragma unroll
