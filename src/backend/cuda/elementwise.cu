@@ -59,6 +59,7 @@ __device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* s
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
   allow_dependent_launch();
+  wait_for_prior_grid();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -115,6 +116,7 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
 template <typename T>
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
   allow_dependent_launch();
+  wait_for_prior_grid();
   using A = Act<T>;
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
   const int t = blockIdx.x;
@@ -164,6 +166,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
   allow_dependent_launch();
+  wait_for_prior_grid();
   using A = Act<T>;
   const int64_t per_row = p.inter / kVec;
   const int64_t n = per_row * p.rows;
@@ -189,6 +192,7 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
   allow_dependent_launch();
+  wait_for_prior_grid();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -245,9 +249,9 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
   const bool vec = p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) &&
                    (!p.residual || aligned_host(p.residual)) && (!p.q || aligned_host(p.q));
   if (vec) {
-    rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
+    launch_dependent(rmsnorm_kernel<T, 8>, dim3(p.rows), dim3(kRowThreads), 0, stream, p);
   } else {
-    rmsnorm_kernel<T, 1><<<p.rows, kRowThreads, 0, stream>>>(p);
+    launch_dependent(rmsnorm_kernel<T, 1>, dim3(p.rows), dim3(kRowThreads), 0, stream, p);
   }
 }
 
@@ -256,17 +260,17 @@ void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
   const bool vec = p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out) && (!p.q || aligned_host(p.q));
   if (p.q) {
     if (vec) {
-      silu_mul_fp8_kernel<T, 8><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+      launch_dependent(silu_mul_fp8_kernel<T, 8>, dim3(p.rows), dim3(kSiluRowThreads), 0, stream, p);
     } else {
-      silu_mul_fp8_kernel<T, 1><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+      launch_dependent(silu_mul_fp8_kernel<T, 1>, dim3(p.rows), dim3(kSiluRowThreads), 0, stream, p);
     }
     return;
   }
   const int threads = 256;
   if (vec) {
-    silu_mul_kernel<T, 8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
+    launch_dependent(silu_mul_kernel<T, 8>, dim3(grid_for(int64_t{p.rows} * p.inter / 8, threads)), dim3(threads), 0, stream, p);
   } else {
-    silu_mul_kernel<T, 1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
+    launch_dependent(silu_mul_kernel<T, 1>, dim3(grid_for(int64_t{p.rows} * p.inter, threads)), dim3(threads), 0, stream, p);
   }
 }
 
@@ -293,9 +297,9 @@ void launch_rope(const RopeParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(float) * static_cast<size_t>(p.head_dim);
   const dim3 grid(p.num_tokens, (p.num_q_heads + p.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock);
   if (p.dtype == DType::kF32) {
-    rope_kernel<float><<<grid, kRopeThreads, smem, stream>>>(p);
+    launch_dependent(rope_kernel<float>, grid, dim3(kRopeThreads), smem, stream, p);
   } else {
-    rope_kernel<uint16_t><<<grid, kRopeThreads, smem, stream>>>(p);
+    launch_dependent(rope_kernel<uint16_t>, grid, dim3(kRopeThreads), smem, stream, p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("rope_kernel");
 }

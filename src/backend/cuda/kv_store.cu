@@ -43,6 +43,7 @@ struct StoreTraits<DType::kFP8E4M3> {
 template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
   allow_dependent_launch();
+  wait_for_prior_grid();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
   using T = typename Traits::T;
@@ -96,9 +97,9 @@ void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
   if (vec) {
-    kv_store_kernel<TIn, kStore, 8><<<blocks, threads, 0, stream>>>(p);
+    launch_dependent(kv_store_kernel<TIn, kStore, 8>, dim3(blocks), dim3(threads), 0, stream, p);
   } else {
-    kv_store_kernel<TIn, kStore, 1><<<blocks, threads, 0, stream>>>(p);
+    launch_dependent(kv_store_kernel<TIn, kStore, 1>, dim3(blocks), dim3(threads), 0, stream, p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
