@@ -14,7 +14,8 @@ namespace serve8 {
 
 // Lets a kernel launched after this one under a programmatic dependent launch start now: it
 // launches (and the skinny FP8 GEMM reads its weights) while this kernel runs, and waits
-// (wait_for_prior_grid) for its results. No effect on kernels launched plainly.
+// (wait_for_prior_grid) for its results. No effect on kernels launched plainly. Kernels that
+// wait themselves call it after their wait, so a chain of launches runs at most one kernel ahead.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
 // Under a programmatic dependent launch the kernel before may still be running: a kernel launched

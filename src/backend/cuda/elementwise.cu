@@ -58,8 +58,8 @@ __device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* s
 // squares; the second reads it back from where this same thread put it, so no barrier is needed.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -115,8 +115,8 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
 // fp32 as float(pos) * inv_freq (each block the same values), then rotates its heads of q and k.
 template <typename T>
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   using A = Act<T>;
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
   const int t = blockIdx.x;
@@ -165,8 +165,8 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   using A = Act<T>;
   const int64_t per_row = p.inter / kVec;
   const int64_t n = per_row * p.rows;
@@ -191,8 +191,8 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
 // silu_mul with the FP8 rows of its output: a block per row, which the row's max needs.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;

@@ -17,8 +17,8 @@ constexpr int kQuantThreads = 256;
 // the same bytes.
 template <typename T>
 __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + row * p.cols;
   uint8_t* q = p.q + row * p.cols;

@@ -42,8 +42,8 @@ struct StoreTraits<DType::kFP8E4M3> {
 // One thread per kVec consecutive elements of one (token, head) row; K and V alike.
 template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
-  allow_dependent_launch();
   wait_for_prior_grid();
+  allow_dependent_launch();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
   using T = typename Traits::T;
