@@ -5,41 +5,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <utility>
 
-#include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
 
 namespace serve8 {
 
-// Lets a kernel launched after this one under a programmatic dependent launch start now: it
-// launches (and the skinny FP8 GEMM reads its weights) while this kernel runs, and waits
-// (wait_for_prior_grid) for its results. No effect on kernels launched plainly. Kernels that
-// wait themselves call it after their wait, so a chain of launches runs at most one kernel ahead.
+// Lets a kernel launched after this one under a programmatic dependent launch (the skinny FP8
+// GEMM, decode attention) start now: it reads its weights while this kernel runs and waits
+// (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
-
-// Under a programmatic dependent launch the kernel before may still be running: a kernel launched
-// with launch_dependent() calls this in every block before its first global access (a no-op
-// otherwise).
-__device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
-// Launches kernel under a programmatic dependent launch (see above); steps are chains of small
-// kernels, and this hides each one's launch behind the one before.
-template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

@@ -58,7 +58,6 @@ __device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* s
 // squares; the second reads it back from where this same thread put it, so no barrier is needed.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   using A = Act<T>;
   __shared__ float scratch[32];
@@ -115,7 +114,6 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
 // fp32 as float(pos) * inv_freq (each block the same values), then rotates its heads of q and k.
 template <typename T>
 __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   using A = Act<T>;
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
@@ -165,7 +163,6 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   using A = Act<T>;
   const int64_t per_row = p.inter / kVec;
@@ -191,7 +188,6 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
 // silu_mul with the FP8 rows of its output: a block per row, which the row's max needs.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   using A = Act<T>;
   __shared__ float scratch[32];
@@ -249,9 +245,9 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
   const bool vec = p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) &&
                    (!p.residual || aligned_host(p.residual)) && (!p.q || aligned_host(p.q));
   if (vec) {
-    launch_dependent(rmsnorm_kernel<T, 8>, dim3(p.rows), dim3(kRowThreads), 0, stream, p);
+    rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
-    launch_dependent(rmsnorm_kernel<T, 1>, dim3(p.rows), dim3(kRowThreads), 0, stream, p);
+    rmsnorm_kernel<T, 1><<<p.rows, kRowThreads, 0, stream>>>(p);
   }
 }
 
@@ -260,17 +256,17 @@ void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
   const bool vec = p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out) && (!p.q || aligned_host(p.q));
   if (p.q) {
     if (vec) {
-      launch_dependent(silu_mul_fp8_kernel<T, 8>, dim3(p.rows), dim3(kSiluRowThreads), 0, stream, p);
+      silu_mul_fp8_kernel<T, 8><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     } else {
-      launch_dependent(silu_mul_fp8_kernel<T, 1>, dim3(p.rows), dim3(kSiluRowThreads), 0, stream, p);
+      silu_mul_fp8_kernel<T, 1><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     }
     return;
   }
   const int threads = 256;
   if (vec) {
-    launch_dependent(silu_mul_kernel<T, 8>, dim3(grid_for(int64_t{p.rows} * p.inter / 8, threads)), dim3(threads), 0, stream, p);
+    silu_mul_kernel<T, 8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
   } else {
-    launch_dependent(silu_mul_kernel<T, 1>, dim3(grid_for(int64_t{p.rows} * p.inter, threads)), dim3(threads), 0, stream, p);
+    silu_mul_kernel<T, 1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
   }
 }
 
@@ -297,9 +293,9 @@ void launch_rope(const RopeParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(float) * static_cast<size_t>(p.head_dim);
   const dim3 grid(p.num_tokens, (p.num_q_heads + p.num_kv_heads + kRopeHeadsPerBlock - 1) / kRopeHeadsPerBlock);
   if (p.dtype == DType::kF32) {
-    launch_dependent(rope_kernel<float>, grid, dim3(kRopeThreads), smem, stream, p);
+    rope_kernel<float><<<grid, kRopeThreads, smem, stream>>>(p);
   } else {
-    launch_dependent(rope_kernel<uint16_t>, grid, dim3(kRopeThreads), smem, stream, p);
+    rope_kernel<uint16_t><<<grid, kRopeThreads, smem, stream>>>(p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("rope_kernel");
 }

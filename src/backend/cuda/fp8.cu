@@ -17,7 +17,6 @@ constexpr int kQuantThreads = 256;
 // the same bytes.
 template <typename T>
 __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + row * p.cols;
@@ -78,9 +77,9 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
 void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (p.dtype == DType::kF32) {
-    launch_dependent(quantize_fp8_rows_kernel<float>, dim3(static_cast<unsigned>(p.rows)), dim3(kQuantThreads), 0, stream, p);
+    quantize_fp8_rows_kernel<float><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
   } else {
-    launch_dependent(quantize_fp8_rows_kernel<uint16_t>, dim3(static_cast<unsigned>(p.rows)), dim3(kQuantThreads), 0, stream, p);
+    quantize_fp8_rows_kernel<uint16_t><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("quantize_fp8_rows_kernel");
 }

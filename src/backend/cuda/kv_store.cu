@@ -42,7 +42,6 @@ struct StoreTraits<DType::kFP8E4M3> {
 // One thread per kVec consecutive elements of one (token, head) row; K and V alike.
 template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
-  wait_for_prior_grid();
   allow_dependent_launch();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
@@ -97,9 +96,9 @@ void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
   if (vec) {
-    launch_dependent(kv_store_kernel<TIn, kStore, 8>, dim3(blocks), dim3(threads), 0, stream, p);
+    kv_store_kernel<TIn, kStore, 8><<<blocks, threads, 0, stream>>>(p);
   } else {
-    launch_dependent(kv_store_kernel<TIn, kStore, 1>, dim3(blocks), dim3(threads), 0, stream, p);
+    kv_store_kernel<TIn, kStore, 1><<<blocks, threads, 0, stream>>>(p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
