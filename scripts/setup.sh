@@ -11,7 +11,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 PKGS=(cmake ninja-build ccache g++ pkg-config python3 python3-pip
       nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev libsentencepiece-dev
-      libopenblas-dev libcpp-httplib-dev libboost-dev libgtest-dev libpcre2-dev
+      libopenblas-dev libcpp-httplib-dev libboost-dev libgtest-dev libpcre2-dev libgloo-dev
       curl clang libclang-rt-dev libomp-dev)  # clang + its runtimes: libFuzzer, ASan/UBSan (scripts/fuzz.sh)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -129,3 +129,11 @@ void Backend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t fi
 }
 
 }  // namespace serve8
+
+namespace serve8 {
+
+void Communicator::broadcast(std::vector<int32_t>&) {
+  throw Error("tensor parallel: this group's ranks share one process; broadcast is for ranks in other processes");
+}
+
+}  // namespace serve8

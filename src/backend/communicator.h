@@ -1,8 +1,11 @@
 // Communicator: the collectives of tensor parallelism (DESIGN.md, "Tensor parallelism"), one
 // object per rank. Every rank of a group calls the same collectives in the same order; a call
-// returns once this rank's output is complete. The CPU's is in process (cpu/cpu_communicator.h);
-// a CUDA one would wrap NCCL.
+// returns once this rank's output is complete. The CPU's is in process (cpu/cpu_communicator.h)
+// or across processes (gloo/gloo_communicator.h); a CUDA one would wrap NCCL.
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -22,6 +25,9 @@ class Communicator {
   // Breaks the group: peers blocked in (or later entering) a collective throw instead of waiting
   // for this rank forever. A rank whose step failed calls it before rethrowing.
   virtual void abort() = 0;
+  // Rank 0's data reaches every rank (resized to fit): how ranks in other processes get their
+  // steps. Groups of one process share their steps in memory and refuse it.
+  virtual void broadcast(std::vector<int32_t>& data);
 };
 
 }  // namespace serve8

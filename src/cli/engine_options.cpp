@@ -77,6 +77,13 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "tensor parallelism: shard the model over this many ranks, one thread each (cpu; at most the "
                  "model's KV heads)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--nnodes", a.nnodes,
+                 "processes (machines) the --tp-size ranks are spread over, --tp-size / --nnodes each (cpu, Gloo)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--node-rank", a.node_rank,
+                 "this process's place among --nnodes: 0 schedules and serves, the others run its steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--dist-init-addr", a.dist_init_addr, "HOST:PORT where node 0 meets the other nodes (--nnodes > 1)");
 }
 
 void add_sampling_options(CLI::App& app, SamplingParams& p) {

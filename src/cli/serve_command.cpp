@@ -73,6 +73,10 @@ int run_serve(ServeArgs a) {
   }
   // A client that disconnects must not kill the server through SIGPIPE on the next write.
   std::signal(SIGPIPE, SIG_IGN);
+  if (a.engine.nnodes > 1 && a.engine.node_rank > 0) {
+    run_tp_node(a.engine);  // no HTTP here: node 0 serves
+    return 0;
+  }
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
 

@@ -1,7 +1,10 @@
 // create_engine: turns command-line arguments into a backend, a model, a KV pool sized to the
 // memory left, and a tokenizer.
 #include <filesystem>
+#include <thread>
+#include <tuple>
 
+#include "backend/gloo/gloo_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -84,7 +87,85 @@ KvScales resolve_kv_scales(const EngineArgs& args, const ModelConfig& mc, DType 
   return ones;
 }
 
+// This process's ranks of a group across processes: tp_size / nnodes consecutive ones.
+std::vector<int> node_ranks(const EngineArgs& args) {
+  SERVE8_CHECK(args.nnodes >= 1 && args.node_rank >= 0 && args.node_rank < args.nnodes,
+               "--node-rank {} must be in [0, --nnodes {})", args.node_rank, args.nnodes);
+  SERVE8_CHECK(args.tp_size % args.nnodes == 0, "--tp-size {} must be a multiple of --nnodes {}", args.tp_size,
+               args.nnodes);
+  SERVE8_CHECK(!args.dist_init_addr.empty(), "--nnodes {} needs --dist-init-addr HOST:PORT (node 0's address)",
+               args.nnodes);
+  const int per_node = args.tp_size / args.nnodes;
+  std::vector<int> ranks;
+  for (int i = 0; i < per_node; ++i) ranks.push_back(args.node_rank * per_node + i);
+  return ranks;
+}
+
+GlooGroupOptions gloo_options(const EngineArgs& args, const std::vector<int>& ranks) {
+  GlooGroupOptions o;
+  std::tie(o.host, o.port) = parse_dist_init_addr(args.dist_init_addr);
+  o.size = args.tp_size;
+  o.ranks = ranks;
+  return o;
+}
+
 }  // namespace
+
+void run_tp_node(const EngineArgs& args) {
+  std::string device = args.device;
+  if (device == "auto") device = "cpu";
+  SERVE8_CHECK(device == "cpu", "--nnodes: tensor parallelism across processes runs on the CPU backend (--device {})",
+               device);
+  SERVE8_CHECK(args.node_rank > 0, "run_tp_node is for --node-rank 1 and up");
+  const std::vector<int> ranks = node_ranks(args);
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Backend*> backends;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    owned.push_back(create_backend(device, resolve_compute_dtype(args.dtype, device)));
+    backends.push_back(owned.back().get());
+  }
+  SchedulerConfig sc = args.scheduler;
+  const int max_tokens = sc.max_prefill_tokens + sc.max_running_requests;
+  LoadOptions lo;
+  lo.model_path = args.model_path;
+  lo.load_format = args.load_format;
+  lo.seed = args.seed;
+  lo.quantization = parse_weight_quant(args.quantization);
+  GlooGroup gloo(gloo_options(args, ranks));
+  std::vector<std::unique_ptr<LlamaModel>> models =
+      load_tp_shards(lo, args.tp_size, ranks, backends, gloo.take_communicators(), max_tokens, sc.max_running_requests);
+  const ModelConfig& mc = models[0]->config();
+  KvCacheConfig kc;
+  kc.num_layers = mc.num_layers;
+  kc.head_dim = mc.head_dim;
+  kc.dtype = resolve_kv_dtype(args.kv_cache_dtype, *backends[0]);
+  kc.max_requests = sc.max_running_requests;
+  kc.max_context_len = args.context_length > 0 ? args.context_length : mc.max_position_embeddings;
+  const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
+  spdlog::info("node {} of {}: ranks {} ready; waiting for node 0's steps", args.node_rank, args.nnodes,
+               fmt::join(ranks, ","));
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        LlamaModel& m = *models[i];
+        serve_tp_rank(m, [&](int64_t slots) {
+          KvCacheConfig rc = kc;
+          rc.num_slots = slots;
+          rc.num_kv_heads = m.tp_shard().num_kv_heads;
+          return backends[i]->create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
+        });
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  spdlog::info("node {}: node 0 stopped the group", args.node_rank);
+}
 
 EngineParts create_engine_parts(const EngineArgs& args) {
   std::string device = args.device;
@@ -104,7 +185,25 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   SERVE8_CHECK(args.tp_size >= 1, "--tp-size {} must be at least 1", args.tp_size);
   std::unique_ptr<LlamaModel> model;
   std::vector<TpPeer> peers;
-  if (args.tp_size == 1) {
+  std::shared_ptr<GlooGroup> gloo;  // across processes: node 0's ranks and the rendezvous
+  if (args.nnodes > 1) {
+    SERVE8_CHECK(args.node_rank == 0, "--node-rank {}: only node 0 serves; the others run run_tp_node",
+                 args.node_rank);
+    std::vector<std::unique_ptr<Backend>> owned;
+    std::vector<Backend*> backends = {backend.get()};
+    const std::vector<int> ranks = node_ranks(args);
+    for (size_t i = 1; i < ranks.size(); ++i) {
+      owned.push_back(create_backend(device, backend->compute_dtype()));
+      backends.push_back(owned.back().get());
+    }
+    gloo = std::make_shared<GlooGroup>(gloo_options(args, ranks));
+    std::vector<std::unique_ptr<LlamaModel>> models =
+        load_tp_shards(lo, args.tp_size, ranks, backends, gloo->take_communicators(), max_tokens,
+                       sc.max_running_requests);
+    model = std::move(models[0]);
+    for (size_t i = 1; i < models.size(); ++i)
+      peers.push_back(TpPeer{std::move(owned[i - 1]), std::move(models[i]), nullptr});
+  } else if (args.tp_size == 1) {
     model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
   } else {
     backend->create_communicators(args.tp_size, 0);  // a backend without them refuses before loading
@@ -134,7 +233,16 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token(), 2 * table_bytes);
   const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
   std::unique_ptr<KvCache> kv;
-  if (peers.empty()) {
+  if (gloo) {
+    const auto rank_pool = [&](const LlamaModel& m, Backend& b) {
+      KvCacheConfig rc = kc;
+      rc.num_kv_heads = m.tp_shard().num_kv_heads;
+      return b.create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
+    };
+    kv = rank_pool(*model, *backend);
+    for (TpPeer& p : peers) p.kv = rank_pool(*p.model, *p.backend);
+    model->attach_tp_group(std::move(peers), kc.num_slots, gloo);
+  } else if (peers.empty()) {
     kv = backend->create_kv_cache(kc, scales);
   } else {
     // Each rank's pool holds its KV heads (and their scales); the slots are the same on every rank.

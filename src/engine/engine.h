@@ -43,6 +43,11 @@ struct EngineArgs {
   int cuda_graph_max_bs = 160;  // decode steps of up to this many requests replay CUDA graphs
   bool disable_cuda_graph = false;
   int tp_size = 1;  // tensor-parallel ranks, one thread each (CPU only for now)
+  // Tensor parallelism across processes (CPU, Gloo): tp_size / nnodes ranks a process; node 0
+  // schedules and serves, the others run its steps (run_tp_node).
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string dist_init_addr;  // HOST:PORT where node 0 meets the others
   SchedulerConfig scheduler;
 };
 
@@ -112,6 +117,9 @@ struct EngineParts {
   SchedulerConfig scheduler;
 };
 EngineParts create_engine_parts(const EngineArgs& args);
+// Node node_rank > 0 of a tensor-parallel group across processes: loads this node's ranks and runs
+// node 0's steps until it stops.
+void run_tp_node(const EngineArgs& args);
 std::unique_ptr<Engine> create_engine(const EngineArgs& args);
 
 }  // namespace serve8

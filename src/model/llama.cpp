@@ -68,6 +68,11 @@ void LlamaModel::attach_tp_peers(std::vector<TpPeer> peers) {
   group_ = std::make_unique<TpGroup>(*this, std::move(peers));
 }
 
+void LlamaModel::attach_tp_group(std::vector<TpPeer> local_peers, int64_t num_slots, std::shared_ptr<void> keepalive) {
+  SERVE8_CHECK(comm_ && shard_.rank == 0, "model: attach_tp_group on rank {} of {}", shard_.rank, shard_.size);
+  group_ = std::make_unique<TpGroup>(*this, std::move(local_peers), num_slots, std::move(keepalive));
+}
+
 double LlamaModel::decode_weight_bytes() const {
   const double weights = static_cast<double>(weights_.bytes);
   if (config_.tie_word_embeddings) return weights;

@@ -56,6 +56,9 @@ class LlamaModel {
   Tensor logits_of_rows_rank(std::span<const int32_t> rows);
   // Makes this model (rank 0) drive ranks 1..N-1 from now on; it owns them.
   void attach_tp_peers(std::vector<TpPeer> peers);
+  // The same for a group across processes: its steps reach the other ranks by broadcast; this
+  // process's other ranks (local_peers, with their pools) are served on threads it owns.
+  void attach_tp_group(std::vector<TpPeer> local_peers, int64_t num_slots, std::shared_ptr<void> keepalive);
   const TpShard& tp_shard() const { return shard_; }
   Communicator* communicator() const { return comm_.get(); }
 

@@ -19,9 +19,48 @@ TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> peers)
   for (size_t i = 0; i < peers_.size(); ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
+TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num_slots,
+                 std::shared_ptr<void> keepalive)
+    : rank0_(rank0),
+      by_broadcast_(true),
+      keepalive_(std::move(keepalive)),
+      peers_(std::move(local_peers)),
+      threads_per_rank_(std::max(1, omp_get_max_threads() / static_cast<int>(peers_.size() + 1))) {
+  SERVE8_CHECK(rank0.communicator(), "tensor parallel: rank 0 has no communicator");
+  for (TpPeer& p : peers_) {
+    SERVE8_CHECK(p.backend && p.model && p.kv && p.model->communicator(),
+                 "tensor parallel: a peer rank lacks its backend, model, KV pool or communicator");
+    threads_.emplace_back([this, &p] {
+      omp_set_num_threads(threads_per_rank_);
+      try {
+        serve_tp_rank(*p.model, [&](int64_t) { return std::move(p.kv); });  // made with rank 0's slots
+      } catch (const std::exception& e) {
+        spdlog::error("tensor parallel rank {}: {}", p.model->tp_shard().rank, e.what());
+      }
+    });
+  }
+  const std::vector<int32_t> hello = {static_cast<int32_t>(num_slots), rank0.config().num_layers,
+                                      static_cast<int32_t>(rank0.config().hidden_size),
+                                      static_cast<int32_t>(rank0.config().vocab_size)};
+  broadcast(TpJob::kHello, nullptr, hello);
+}
+
 TpGroup::~TpGroup() {
-  start(Job::kStop);
+  if (by_broadcast_) {
+    try {
+      broadcast(TpJob::kStop, nullptr, {});
+    } catch (const std::exception& e) {
+      spdlog::warn("tensor parallel: stopping the other ranks: {}", e.what());
+    }
+  } else {
+    start(Job::kStop);
+  }
   for (std::thread& t : threads_) t.join();
+}
+
+void TpGroup::broadcast(TpJob job, const ForwardBatch* batch, std::span<const int32_t> rows) {
+  std::vector<int32_t> msg = encode_tp_job(job, batch, rows);
+  rank0_.communicator()->broadcast(msg);
 }
 
 void TpGroup::start(Job job) {
@@ -77,6 +116,10 @@ void TpGroup::run_peer(size_t peer) {
 
 Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
   omp_set_num_threads(threads_per_rank_);  // the calling thread is rank 0
+  if (by_broadcast_) {
+    broadcast(TpJob::kForward, &batch, {});
+    return rank0_.forward_rank(batch, kv0);
+  }
   batch_ = &batch;
   start(Job::kForward);
   Tensor logits;
@@ -96,6 +139,10 @@ Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
 
 Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
   omp_set_num_threads(threads_per_rank_);
+  if (by_broadcast_) {
+    broadcast(TpJob::kLogitsOfRows, nullptr, rows);
+    return rank0_.logits_of_rows_rank(rows);
+  }
   rows_ = rows;
   start(Job::kLogitsOfRows);
   Tensor logits;
@@ -113,6 +160,110 @@ Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
   return logits;
 }
 
+namespace {
+
+void log_shard(const TpShard& s, int tp_size) {
+  spdlog::info(
+      "tensor parallel rank {}/{}: q heads [{}, {}), kv heads [{}, {}), mlp columns [{}, {}), vocab [{}, {})", s.rank,
+      tp_size, s.q_head_begin, s.q_head_begin + s.num_heads, s.kv_head_begin, s.kv_head_begin + s.num_kv_heads,
+      s.inter_begin, s.inter_begin + s.intermediate_size, s.vocab_begin, s.vocab_begin + s.vocab_size);
+}
+
+// A message: job, then each array as its length and elements.
+void put(std::vector<int32_t>& m, std::span<const int32_t> a) {
+  m.push_back(static_cast<int32_t>(a.size()));
+  m.insert(m.end(), a.begin(), a.end());
+}
+
+std::span<const int32_t> take(const std::vector<int32_t>& m, size_t& at) {
+  SERVE8_CHECK(at < m.size(), "tensor parallel: a step message ends early ({} ints)", m.size());
+  const int64_t n = m[at++];
+  SERVE8_CHECK(n >= 0 && at + static_cast<size_t>(n) <= m.size(), "tensor parallel: a step message's array of {} runs past its {} ints", n, m.size());
+  std::span<const int32_t> a(m.data() + at, static_cast<size_t>(n));
+  at += static_cast<size_t>(n);
+  return a;
+}
+
+}  // namespace
+
+std::vector<int32_t> encode_tp_job(TpJob job, const ForwardBatch* batch, std::span<const int32_t> rows) {
+  std::vector<int32_t> m = {static_cast<int32_t>(job)};
+  if (job == TpJob::kForward) {
+    SERVE8_CHECK(batch, "tensor parallel: a forward job without its batch");
+    for (const std::vector<int32_t>* a : {&batch->tokens, &batch->positions, &batch->qo_indptr, &batch->kv_indptr,
+                                          &batch->req_rows, &batch->new_slot_indptr, &batch->new_slots})
+      put(m, *a);
+  } else {
+    put(m, rows);
+  }
+  return m;
+}
+
+TpJob decode_tp_job(const std::vector<int32_t>& msg, ForwardBatch& batch, std::vector<int32_t>& rows) {
+  SERVE8_CHECK(!msg.empty() && msg[0] >= static_cast<int32_t>(TpJob::kHello) && msg[0] <= static_cast<int32_t>(TpJob::kStop),
+               "tensor parallel: a step message with job {}", msg.empty() ? -1 : msg[0]);
+  const TpJob job = static_cast<TpJob>(msg[0]);
+  size_t at = 1;
+  if (job == TpJob::kForward) {
+    for (std::vector<int32_t>* a : {&batch.tokens, &batch.positions, &batch.qo_indptr, &batch.kv_indptr, &batch.req_rows,
+                                    &batch.new_slot_indptr, &batch.new_slots}) {
+      const std::span<const int32_t> s = take(msg, at);
+      a->assign(s.begin(), s.end());
+    }
+    batch.validate();
+  } else {
+    const std::span<const int32_t> s = take(msg, at);
+    rows.assign(s.begin(), s.end());
+  }
+  SERVE8_CHECK(at == msg.size(), "tensor parallel: a step message has {} ints past its arrays", msg.size() - at);
+  return job;
+}
+
+void serve_tp_rank(LlamaModel& model, const std::function<std::unique_ptr<KvCache>(int64_t num_slots)>& make_pool) {
+  Communicator& comm = *model.communicator();
+  std::vector<int32_t> msg, rows;
+  ForwardBatch batch;
+  comm.broadcast(msg);
+  SERVE8_CHECK(decode_tp_job(msg, batch, rows) == TpJob::kHello && rows.size() == 4,
+               "tensor parallel rank {}: the first message from rank 0 is not its hello", comm.rank());
+  const ModelConfig& c = model.config();
+  SERVE8_CHECK(rows[1] == c.num_layers && rows[2] == c.hidden_size && rows[3] == c.vocab_size,
+               "tensor parallel rank {}: rank 0 serves a model of {} layers, hidden {}, vocabulary {}; this process "
+               "loaded {}, {}, {}: start every node with the same --model-path",
+               comm.rank(), rows[1], rows[2], rows[3], c.num_layers, c.hidden_size, c.vocab_size);
+  std::unique_ptr<KvCache> kv = make_pool(rows[0]);
+  for (;;) {
+    comm.broadcast(msg);
+    const TpJob job = decode_tp_job(msg, batch, rows);
+    if (job == TpJob::kStop) return;
+    if (job == TpJob::kForward) {
+      model.forward_rank(batch, *kv);
+    } else if (job == TpJob::kLogitsOfRows) {
+      model.logits_of_rows_rank(rows);
+    }
+  }
+}
+
+std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& options, int tp_size,
+                                                        std::span<const int> ranks, std::span<Backend* const> backends,
+                                                        std::vector<std::unique_ptr<Communicator>> comms,
+                                                        int max_tokens, int max_seqs) {
+  SERVE8_CHECK(!ranks.empty() && ranks.size() == backends.size() && ranks.size() == comms.size(),
+               "tensor parallel: {} ranks, {} backends and {} communicators", ranks.size(), backends.size(), comms.size());
+  LoadedLlama whole = load_llama_weights_of(options, *backends[0]);
+  const ModelConfig& c = whole.config;
+  tp_shard(c, 0, tp_size);  // refuses a size beyond the KV heads before anything else is made
+  std::vector<std::unique_ptr<LlamaModel>> models;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const TpShard s = tp_shard(c, ranks[i], tp_size);
+    LlamaWeights w = shard_llama_weights(whole.weights, c, s, *backends[0], *backends[i]);
+    log_shard(s, tp_size);
+    models.push_back(std::make_unique<LlamaModel>(c, std::move(w), *backends[i], max_tokens, max_seqs,
+                                                  std::move(comms[i]), &s));
+  }
+  return models;
+}
+
 std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
                                                 const std::function<std::unique_ptr<Backend>()>& make_backend,
                                                 int max_tokens, int max_seqs, std::vector<TpPeer>& peers) {
@@ -127,10 +278,7 @@ std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Back
     std::unique_ptr<Backend> own = r == 0 ? nullptr : make_backend();
     Backend& b = r == 0 ? backend0 : *own;
     LlamaWeights w = shard_llama_weights(whole.weights, c, s, backend0, b);
-    spdlog::info(
-        "tensor parallel rank {}/{}: q heads [{}, {}), kv heads [{}, {}), mlp columns [{}, {}), vocab [{}, {})", r,
-        tp_size, s.q_head_begin, s.q_head_begin + s.num_heads, s.kv_head_begin, s.kv_head_begin + s.num_kv_heads,
-        s.inter_begin, s.inter_begin + s.intermediate_size, s.vocab_begin, s.vocab_begin + s.vocab_size);
+    log_shard(s, tp_size);
     auto m = std::make_unique<LlamaModel>(c, std::move(w), b, max_tokens, max_seqs,
                                           std::move(comms[static_cast<size_t>(r)]), &s);
     if (r == 0) {

@@ -1,10 +1,13 @@
-// TpGroup: the ranks of a tensor-parallel model in one process, one thread per rank.
+// TpGroup: the ranks of a tensor-parallel model, one thread per rank.
 //
 // Why threads: the CPU backend's memory is the process's, so collectives between threads are
 // plain copies (no shared-memory segments, no batch serialization between processes), and a step
 // needs no IPC. The scheduler thread itself is rank 0 (as SGLang's rank-0 process hosts its
 // scheduler): it decides each step for every rank, runs rank 0's shard and samples once from the
 // gathered logits, while ranks 1..N-1 run the same batch on their own threads and backends.
+//
+// Across processes (--nnodes), rank 0 broadcasts each step (encode_tp_job) over the group's
+// communicators, and every other rank, in this process or another, runs serve_tp_rank.
 #pragma once
 
 #include <condition_variable>
@@ -27,9 +30,23 @@ struct TpPeer {
   std::unique_ptr<KvCache> kv;
 };
 
+// The steps rank 0 sends ranks that get them by broadcast.
+enum class TpJob : int32_t { kHello = 1, kForward = 2, kLogitsOfRows = 3, kStop = 4 };
+std::vector<int32_t> encode_tp_job(TpJob job, const ForwardBatch* batch, std::span<const int32_t> rows);
+// Fills batch (kForward) or rows (kLogitsOfRows, kHello: the pool's slots and the model's shape);
+// throws serve8::Error on a malformed message.
+TpJob decode_tp_job(const std::vector<int32_t>& msg, ForwardBatch& batch, std::vector<int32_t>& rows);
+
+// A rank that gets its steps by broadcast: takes rank 0's pool size (kHello), makes its pool with
+// make_pool, then runs rank 0's steps until kStop.
+void serve_tp_rank(LlamaModel& model, const std::function<std::unique_ptr<KvCache>(int64_t num_slots)>& make_pool);
+
 class TpGroup {
  public:
   TpGroup(LlamaModel& rank0, std::vector<TpPeer> peers);
+  // Steps go to the other ranks by broadcast: the local peers (no KV pools yet) run serve_tp_rank
+  // on threads, ranks in other processes their own; keepalive (the rendezvous) lives as long.
+  TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num_slots, std::shared_ptr<void> keepalive);
   ~TpGroup();
   TpGroup(const TpGroup&) = delete;
   TpGroup& operator=(const TpGroup&) = delete;
@@ -45,8 +62,11 @@ class TpGroup {
   void finish();  // waits for the peers; rethrows the first failure
   void worker(size_t peer);
   void run_peer(size_t peer);
+  void broadcast(TpJob job, const ForwardBatch* batch, std::span<const int32_t> rows);
 
   LlamaModel& rank0_;
+  bool by_broadcast_ = false;
+  std::shared_ptr<void> keepalive_;
   std::vector<TpPeer> peers_;
   int threads_per_rank_;  // OpenMP threads of each rank's ops: the cores shared out
   std::mutex mu_;
@@ -67,5 +87,12 @@ class TpGroup {
 std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
                                                 const std::function<std::unique_ptr<Backend>()>& make_backend,
                                                 int max_tokens, int max_seqs, std::vector<TpPeer>& peers);
+// This process's ranks of a tp_size group whose communicators come from elsewhere (one per rank,
+// in ranks' order): the model loaded once on backends[0], each rank's shard on backends[i].
+std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& options, int tp_size,
+                                                        std::span<const int> ranks,
+                                                        std::span<Backend* const> backends,
+                                                        std::vector<std::unique_ptr<Communicator>> comms,
+                                                        int max_tokens, int max_seqs);
 
 }  // namespace serve8
