@@ -32,6 +32,7 @@ run --kv-cache-dtype fp8_e5m2
 run --kv-cache-dtype fp8_e4m3
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
+run --kv-cache-dtype int8
 # FP8 weights (e4m3 per output channel) against the checkpoint's, both with bf16 KV.
 out="$root/bench/results/accuracy_smollm2_fp8_weights_cpu.jsonl"
 : >"$out"

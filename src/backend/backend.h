@@ -89,7 +89,10 @@ struct KvCacheConfig {
   int max_requests = 64;
   int max_context_len = 4096;
   int padding_row() const { return max_requests; }
-  size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * head_dim * dtype_size(dtype); }
+  // K and V, plus int8's scale per token and head (fp32) for each.
+  size_t bytes_per_token() const {
+    return 2ull * num_layers * num_kv_heads * (head_dim * dtype_size(dtype) + (dtype == DType::kI8 ? sizeof(float) : 0));
+  }
 };
 
 // Scales of the stored values: stored = value / scale, value = stored * scale. One scale per
@@ -112,6 +115,9 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
 struct KvLayer {
   Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
+  // int8 only: [num_slots, num_kv_heads] fp32, each stored row's scale (value = stored * scale *
+  // the head's scale), written by kv_store with the row; empty for the other dtypes.
+  Tensor k_row_scale, v_row_scale;
 };
 
 // The KV pool's storage (one buffer per layer for K and for V) and the request -> slot table,

@@ -19,7 +19,8 @@
 
 namespace serve8 {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32 };
+// kI8: a KV storage format only, symmetric int8 with a scale per (token, KV head) beside the pool.
+enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32, kI8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -35,6 +36,8 @@ constexpr size_t dtype_size(DType t) {
       return 1;
     case DType::kI32:
       return 4;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
@@ -53,6 +56,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "fp8_e4m3";
     case DType::kI32:
       return "int32";
+    case DType::kI8:
+      return "int8";
   }
   return "?";
 }
@@ -60,7 +65,7 @@ constexpr std::string_view dtype_name(DType t) {
 constexpr bool dtype_is_fp8(DType t) { return t == DType::kFP8E5M2 || t == DType::kFP8E4M3; }
 
 // Parses the names users type: fp32/float32, bf16/bfloat16, fp16/float16/half, fp8_e5m2, fp8_e4m3
-// (also e4m3fn spellings). Throws serve8::Error for anything else.
+// (also e4m3fn spellings), int8 (KV only). Throws serve8::Error for anything else.
 DType parse_dtype(std::string_view name);
 
 SERVE8_HD uint32_t f32_to_bits(float f) {

@@ -32,6 +32,10 @@ DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   const DType t = parse_dtype(name);
   SERVE8_CHECK(t != DType::kF32 || backend.compute_dtype() == DType::kF32,
                "--kv-cache-dtype fp32 needs fp32 compute (--dtype float32, or the CPU backend)");
+  SERVE8_CHECK(t != DType::kI8 || backend.name() == "cpu",
+               "--kv-cache-dtype int8 runs on the CPU backend only so far (--device cpu); the {} kernels read bf16, "
+               "fp16 and FP8 pools",
+               backend.name());
   return t;
 }
 

@@ -86,6 +86,7 @@ void convert_from(const uint8_t* src, uint8_t* dst, DType to, int64_t n) {
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   fail("cannot convert weights to {} (serve8 converts between fp32, bf16 and fp16)", dtype_name(to));
@@ -138,6 +139,7 @@ std::string safetensors_dtype_name(DType t) {
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   fail("serve8 writes safetensors in F32, BF16 or F16, not {}", dtype_name(t));
@@ -158,6 +160,7 @@ void convert_elements(const void* src, DType from, void* dst, DType to, size_t n
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   fail("cannot convert weights from {} (serve8 converts between fp32, bf16 and fp16)", dtype_name(from));

@@ -90,6 +90,7 @@ std::string torch_dtype_name(DType t) {
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   fail("config.json: a model's dtype cannot be {}", dtype_name(t));

@@ -57,6 +57,7 @@ struct HostArray {
         bytes[i] = f32_to_e4m3(x);
         return;
       case DType::kI32:
+      case DType::kI8:
         reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(x);
         return;
     }
@@ -88,6 +89,8 @@ struct HostArray {
         return e5m2_to_f32(*p);
       case DType::kFP8E4M3:
         return e4m3_to_f32(*p);
+      case DType::kI8:
+        return static_cast<float>(static_cast<int8_t>(*p));  // before its row's scale
       case DType::kI32: {
         int32_t i;
         std::memcpy(&i, p, 4);

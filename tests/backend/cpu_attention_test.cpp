@@ -23,10 +23,19 @@ using test::Rng;
 using test::view_of;
 
 constexpr DType kKvDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3};
+// Attention reads every one of them, and int8 with its rows' scales.
+constexpr DType kAttentionKvDTypes[] = {DType::kF32,     DType::kBF16,     DType::kF16,
+                                        DType::kFP8E5M2, DType::kFP8E4M3, DType::kI8};
 
 // The stored value of pool element i, decoded but not scaled.
 float stored(const Tensor& pool, int64_t i) {
   return HostArray::decode(pool.dtype, static_cast<const uint8_t*>(pool.data) + i * dtype_size(pool.dtype));
+}
+
+// Pool element i (head_dim d) decoded with its row's scale where the format has one (int8).
+double stored_value(const Tensor& pool, const Tensor& row_scale, int64_t i, int64_t d) {
+  const double v = stored(pool, i);
+  return pool.dtype == DType::kI8 ? v * row_scale.ptr<const float>()[i / d] : v;
 }
 
 KvScales random_scales(Rng& rng, int layers, int heads) {
@@ -175,6 +184,49 @@ TEST(CpuKvStoreTest, BitExactEveryDtype) {
   }
 }
 
+TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
+  auto be = create_cpu_backend();
+  Rng rng(12);
+  const int64_t t = 6, heads = 2, d = 16, slots = 16;
+  const KvScales scales = random_scales(rng, 1, static_cast<int>(heads));
+  auto cache = be->create_kv_cache({1, static_cast<int>(heads), static_cast<int>(d), DType::kI8, slots}, scales);
+  EXPECT_EQ(cache->config().bytes_per_token(), size_t{2 * heads * (d + 4)});
+  std::vector<float> vals = rng.normals(static_cast<size_t>(2 * t * heads * d), 3.0f);
+  for (int64_t i = 0; i < d; ++i) vals[static_cast<size_t>(i)] = 0.0f;  // token 0, head 0 of K: all zeros
+  for (int64_t i = 0; i < d; ++i) vals[static_cast<size_t>((1 * heads + 1) * d + i)] *= 1e4f;  // a wide row
+  std::vector<float> kv(vals.begin(), vals.begin() + t * heads * d), vv(vals.begin() + t * heads * d, vals.end());
+  const std::vector<int32_t> out_slots = {3, 15, 1, 8, 4, 11};
+  const KvLayer l = cache->layer(0);
+  be->kv_store(view_of(kv, {t, heads, d}), view_of(vv, {t, heads, d}), be->upload_batch(store_batch(out_slots), *cache),
+               l);
+  for (const bool is_v : {false, true}) {
+    const std::vector<float>& src = is_v ? vv : kv;
+    const Tensor& pool = is_v ? l.v : l.k;
+    const float* row_scale = (is_v ? l.v_row_scale : l.k_row_scale).ptr<const float>();
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
+        const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
+        double amax = 0;
+        for (int64_t e = 0; e < d; ++e)
+          amax = std::max(amax, std::abs(double(src[static_cast<size_t>((i * heads + h) * d + e)]) / layer));
+        EXPECT_NEAR(row_scale[at], amax / 127, 1e-6 * amax) << "token " << i << " head " << h;
+        int peak = 0;
+        for (int64_t e = 0; e < d; ++e) {
+          const double x = src[static_cast<size_t>((i * heads + h) * d + e)] / layer;
+          const double q = stored(pool, at * d + e);
+          peak = std::max(peak, static_cast<int>(std::abs(q)));
+          // Rounded to the nearest step of the row's scale.
+          EXPECT_LE(std::abs(q * row_scale[at] - x), 0.5001 * row_scale[at]) << "token " << i << " head " << h;
+        }
+        EXPECT_EQ(peak, amax > 0 ? 127 : 0) << "token " << i << " head " << h;
+      }
+    }
+  }
+  // Rows no token wrote keep their zero scale.
+  EXPECT_EQ(l.k_row_scale.ptr<const float>()[0], 0.0f);
+}
+
 TEST(CpuKvStoreTest, RejectsBadSlotsAndShapes) {
   auto be = create_cpu_backend();
   auto cache = be->create_kv_cache({1, 2, 8, DType::kFP8E4M3, 4}, KvScales::ones(1, 2));
@@ -250,7 +302,7 @@ std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l,
           const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
           double dot = 0;
           for (int64_t e = 0; e < d; ++e)
-            dot += q[static_cast<size_t>((t * hq + h) * d + e)] * stored(l.k, base + e) * ks;
+            dot += q[static_cast<size_t>((t * hq + h) * d + e)] * stored_value(l.k, l.k_row_scale, base + e, d) * ks;
           p[static_cast<size_t>(j)] = dot * softmax_scale;
         }
         const double m = *std::max_element(p.begin(), p.end());
@@ -260,7 +312,7 @@ std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l,
           double acc = 0;
           for (int j = 0; j < n; ++j) {
             const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
-            acc += p[static_cast<size_t>(j)] / sum * stored(l.v, base + e) * vs;
+            acc += p[static_cast<size_t>(j)] / sum * stored_value(l.v, l.v_row_scale, base + e, d) * vs;
           }
           out[static_cast<size_t>((t * hq + h) * d + e)] = acc;
         }
@@ -290,8 +342,9 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   std::string name = "cpu_group" + std::to_string(group);
   name += "_d" + std::to_string(head_dim);
   name += "_" + std::string(dtype_name(kv_t));
-  test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, batch, softmax_scale,
-                            view_of(out, {t, hq, d}));
+  if (kv_t != DType::kI8)  // the dump's readers know the pool formats without row scales
+    test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, batch, softmax_scale,
+                              view_of(out, {t, hq, d}));
   const std::vector<double> want = attention_ref(s.q, l, s, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(out[i], want[i], 2e-5 * std::max(1.0, std::abs(want[i]))) << "element " << i;
@@ -310,7 +363,9 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   // bf16 queries and output: the reference sees the same rounded queries; one bf16 rounding apart.
   HostArray qb(DType::kBF16, s.q), ob(DType::kBF16, s.q.size());
   be->attention(qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
-  test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
+  if (kv_t != DType::kI8)
+    test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, batch, softmax_scale,
+                              ob.view({t, hq, d}));
   const std::vector<double> want_b = attention_ref(qb.values(), l, s, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(ob.get(i), want_b[i], std::max(1.0, std::abs(want_b[i])) / 128) << "element " << i;
@@ -319,7 +374,7 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllShapes, CpuAttentionTest,
                          ::testing::Combine(::testing::Values(1, 2, 4, 8), ::testing::Values(8, 64, 128),
-                                            ::testing::ValuesIn(kKvDTypes)),
+                                            ::testing::ValuesIn(kAttentionKvDTypes)),
                          [](const auto& info) {
                            return "group" + std::to_string(std::get<0>(info.param)) + "_d" +
                                   std::to_string(std::get<1>(info.param)) + "_" +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_common.h"
@@ -29,6 +30,12 @@ KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_dtype(kv.v_scale, DType::kF32, op, "kv.v_scale");
   check_shape(kv.k_scale, {g.heads}, op, "kv.k_scale");
   check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
+  if (kv.k.dtype == DType::kI8) {
+    for (const Tensor* t : {&kv.k_row_scale, &kv.v_row_scale}) {
+      check_dtype(*t, DType::kF32, op, "kv row scales");
+      check_shape(*t, {g.num_slots, g.heads}, op, "kv row scales");
+    }
+  }
   return g;
 }
 
@@ -58,9 +65,21 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
       const float scale = (is_v ? v_scale : k_scale)[h];
       for (int64_t t = 0; t < t_count; ++t) {
         load_f32(src, (t * g.heads + h) * g.head_dim, g.head_dim, row.data());
-        S* dst = pool + (static_cast<int64_t>(slots[t]) * g.heads + h) * g.head_dim;
-        // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
-        for (int64_t i = 0; i < g.head_dim; ++i) dst[i] = from_f32<S>(row[static_cast<size_t>(i)] / scale);
+        const int64_t at = static_cast<int64_t>(slots[t]) * g.heads + h;
+        S* dst = pool + at * g.head_dim;
+        if constexpr (std::is_same_v<S, int8_t>) {
+          // Symmetric int8 with the row's own scale: its largest |value| maps to 127.
+          float amax = 0.0f;
+          for (int64_t i = 0; i < g.head_dim; ++i) amax = std::max(amax, std::fabs(row[static_cast<size_t>(i)] / scale));
+          const float row_scale = amax / 127.0f;
+          const float inv = row_scale > 0.0f ? 1.0f / row_scale : 0.0f;
+          for (int64_t i = 0; i < g.head_dim; ++i)
+            dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] / scale * inv), -127.0f, 127.0f));
+          (is_v ? kv.v_row_scale : kv.k_row_scale).template ptr<float>()[at] = row_scale;
+        } else {
+          // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
+          for (int64_t i = 0; i < g.head_dim; ++i) dst[i] = from_f32<S>(row[static_cast<size_t>(i)] / scale);
+        }
       }
     }
   }
@@ -88,6 +107,9 @@ void attention_impl(const AttentionArgs& a) {
   const S* v_pool = a.kv->v.template ptr<const S>();
   const float* k_scale = a.kv->k_scale.ptr<const float>();
   const float* v_scale = a.kv->v_scale.ptr<const float>();
+  constexpr bool kRowScaled = std::is_same_v<S, int8_t>;
+  const float* k_rows = kRowScaled ? a.kv->k_row_scale.template ptr<const float>() : nullptr;
+  const float* v_rows = kRowScaled ? a.kv->v_row_scale.template ptr<const float>() : nullptr;
   // Work: every new token's q heads against up to max_kv_len K and V rows.
 #pragma omp parallel if (a.t_count * a.q_heads * a.max_kv_len * d >= kParallelMinElements)
   {
@@ -107,8 +129,10 @@ void attention_impl(const AttentionArgs& a) {
       // Scores: q · k_stored, with k_scale folded into the softmax scale.
       const float score_scale = a.softmax_scale * k_scale[kvh];
       for (int64_t j = 0; j < n; ++j) {
-        const S* kr = k_pool + (static_cast<int64_t>(slots[j]) * heads + kvh) * d;
-        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(kr[i]);
+        const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
+        const S* kr = k_pool + at * d;
+        const float rs = kRowScaled ? k_rows[at] : 1.0f;
+        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(kr[i]) * rs;
         for (int64_t h = 0; h < group; ++h) {
           const float* qh = q.data() + h * d;
           float dot = 0.0f;
@@ -129,8 +153,10 @@ void attention_impl(const AttentionArgs& a) {
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
-        const S* vr = v_pool + (static_cast<int64_t>(slots[j]) * heads + kvh) * d;
-        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(vr[i]);
+        const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
+        const S* vr = v_pool + at * d;
+        const float rs = kRowScaled ? v_rows[at] : 1.0f;
+        for (int64_t i = 0; i < d; ++i) row[static_cast<size_t>(i)] = to_f32(vr[i]) * rs;
         for (int64_t h = 0; h < group; ++h) {
           const float p = scores[static_cast<size_t>(h * n + j)];
           float* ah = acc.data() + h * d;

@@ -55,6 +55,7 @@ bool kv_dtype_supported(DType t) {
     case DType::kF16:
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
+    case DType::kI8:
       return true;
     case DType::kI32:
       return false;
@@ -66,15 +67,21 @@ class CpuKvCache final : public KvCache {
  public:
   CpuKvCache(const KvCacheConfig& config, const KvScales& scales) : config_(config) {
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
-                 "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2 or fp8_e4m3)",
+                 "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)",
                  dtype_name(config.dtype));
     check_kv_cache_args(config, scales);
     scales_ = scales;
     const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
                                static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
+    const size_t row_scale_bytes =
+        static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) * sizeof(float);
     for (int i = 0; i < config.num_layers; ++i) {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
       v_.emplace_back(host_alloc_zeroed(layer_bytes));
+      if (config.dtype == DType::kI8) {
+        k_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
+        v_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
+      }
     }
     SERVE8_CHECK(config.max_requests > 0 && config.max_context_len > 0,
                  "kv cache: the request table needs rows and a context length ({} x {})", config.max_requests,
@@ -99,6 +106,10 @@ class CpuKvCache final : public KvCache {
     // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
+    if (config_.dtype == DType::kI8) {
+      l.k_row_scale = Tensor(k_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
+      l.v_row_scale = Tensor(v_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
+    }
     return l;
   }
 
@@ -112,6 +123,7 @@ class CpuKvCache final : public KvCache {
   KvCacheConfig config_;
   KvScales scales_;
   std::vector<HostBytes> k_, v_;
+  std::vector<HostBytes> k_rows_, v_rows_;  // int8: each row's scale
   std::vector<int32_t> table_;
 };
 

@@ -63,6 +63,7 @@ inline float to_f32(Bf16 x) { return bf16_to_f32(x.bits); }
 inline float to_f32(Half x) { return f16_to_f32(x.bits); }
 inline float to_f32(Fp8E5M2 x) { return kE5M2Table[x.bits]; }
 inline float to_f32(Fp8E4M3 x) { return kE4M3Table[x.bits]; }
+inline float to_f32(int8_t x) { return static_cast<float>(x); }  // before its row's scale
 
 template <typename T>
 inline T from_f32(float x);
@@ -101,6 +102,7 @@ void dispatch_float(DType t, std::string_view op, F&& f) {
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   fail("{}: dtype {} is not supported here (expected fp32, bf16 or fp16)", op, dtype_name(t));
@@ -120,10 +122,12 @@ void dispatch_kv(DType t, std::string_view op, F&& f) {
       return f.template operator()<Fp8E5M2>();
     case DType::kFP8E4M3:
       return f.template operator()<Fp8E4M3>();
+    case DType::kI8:
+      return f.template operator()<int8_t>();
     case DType::kI32:
       break;
   }
-  fail("{}: KV storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2 or fp8_e4m3)", op, dtype_name(t));
+  fail("{}: KV storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)", op, dtype_name(t));
 }
 
 // Entry-point checks: each throws serve8::Error naming the op, the argument and the values.

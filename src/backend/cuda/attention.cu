@@ -29,6 +29,7 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, cudaStrea
       return launch_decode_stream_typed<DType::kFP8E4M3>(p, stream);
     case DType::kF32:
     case DType::kI32:
+    case DType::kI8:
       return;  // refused by the backend's entry point
   }
 }
@@ -45,6 +46,7 @@ int decode_blocks_per_sm(DType kv_dtype, int head_dim, int heads_per_block) {
       return decode_stream_blocks_per_sm<DType::kFP8E4M3>(head_dim, heads_per_block);
     case DType::kF32:
     case DType::kI32:
+    case DType::kI8:
       break;
   }
   return 0;
@@ -63,6 +65,7 @@ void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, cudaStre
       return launch_prefill_typed<DType::kFP8E4M3>(p, stream);
     case DType::kF32:
     case DType::kI32:
+    case DType::kI8:
       return;
   }
 }
@@ -80,6 +83,7 @@ void launch_attention_generic(const AttentionParams& p, DType kv_dtype, cudaStre
     case DType::kF32:
       return launch_generic_typed<DType::kF32>(p, stream);
     case DType::kI32:
+    case DType::kI8:
       return;
   }
 }

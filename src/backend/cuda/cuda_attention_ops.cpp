@@ -31,6 +31,7 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
     case DType::kF32:  // with fp32 activations only (checked by the ops)
       break;
     case DType::kI32:
+    case DType::kI8:
       fail("{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3 or fp32)", op,
            dtype_name(kv.k.dtype));
   }

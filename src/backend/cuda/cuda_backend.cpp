@@ -37,6 +37,7 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
                    dtype_name(compute));
       break;
     case DType::kI32:
+    case DType::kI8:
       fail(
           "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3, or fp32 "
           "with --dtype float32)",

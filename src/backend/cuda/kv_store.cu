@@ -119,6 +119,7 @@ void launch_for_input(const KvStoreParams& p, cudaStream_t stream) {
       if constexpr (std::is_same_v<TIn, float>) launch_typed<float, DType::kF32>(p, stream);
       return;
     case DType::kI32:
+    case DType::kI8:
       return;  // rejected by the backend's entry point
   }
 }

@@ -57,6 +57,7 @@ inline cudaDataType_t cuda_type(DType t) {
     case DType::kFP8E4M3:
       return CUDA_R_8F_E4M3;
     case DType::kI32:
+    case DType::kI8:
       return CUDA_R_32I;
   }
   return CUDA_R_32F;
