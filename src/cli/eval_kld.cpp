@@ -167,6 +167,8 @@ int run_eval_kld(EvalKldArgs a) {
   fmt::print("RMS Δp     : {:6.3f} %\n", 100.0 * rms_dp);
   if (!a.output_file.empty()) {
     const nlohmann::json j = {{"command", invoked_command_line()},
+                              {"git_hash", git_hash()},
+                              {"date", utc_now()},
                               {"device", e.backend->device_description()},
                               {"kv_cache_dtype", test_dtype},
                               {"weight_dtype", model.weight_dtype()},
