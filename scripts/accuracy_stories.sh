@@ -33,3 +33,4 @@ run --kv-cache-dtype fp8_e5m2
 run --kv-cache-dtype fp8_e4m3
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
+run --kv-cache-dtype int8
