@@ -91,6 +91,15 @@ KvScales resolve_kv_scales(const EngineArgs& args, const ModelConfig& mc, DType 
   return ones;
 }
 
+LoadOptions load_options(const EngineArgs& args) {
+  LoadOptions lo;
+  lo.model_path = args.model_path;
+  lo.load_format = args.load_format;
+  lo.seed = args.seed;
+  lo.quantization = parse_weight_quant(args.quantization);
+  return lo;
+}
+
 // This process's ranks of a group across processes: tp_size / nnodes consecutive ones.
 std::vector<int> node_ranks(const EngineArgs& args) {
   SERVE8_CHECK(args.nnodes >= 1 && args.node_rank >= 0 && args.node_rank < args.nnodes,
@@ -128,13 +137,9 @@ void run_tp_node(const EngineArgs& args) {
     owned.push_back(create_backend(device, resolve_compute_dtype(args.dtype, device)));
     backends.push_back(owned.back().get());
   }
-  SchedulerConfig sc = args.scheduler;
+  const SchedulerConfig& sc = args.scheduler;
   const int max_tokens = sc.max_prefill_tokens + sc.max_running_requests;
-  LoadOptions lo;
-  lo.model_path = args.model_path;
-  lo.load_format = args.load_format;
-  lo.seed = args.seed;
-  lo.quantization = parse_weight_quant(args.quantization);
+  const LoadOptions lo = load_options(args);
   GlooGroup gloo(gloo_options(args, ranks));
   std::vector<std::unique_ptr<LlamaModel>> models =
       load_tp_shards(lo, args.tp_size, ranks, backends, gloo.take_communicators(), max_tokens, sc.max_running_requests);
@@ -181,11 +186,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   SchedulerConfig sc = args.scheduler;
   sc.chunked_prefill_size = std::min(sc.chunked_prefill_size, sc.max_prefill_tokens);
   const int max_tokens = sc.max_prefill_tokens + sc.max_running_requests;
-  LoadOptions lo;
-  lo.model_path = args.model_path;
-  lo.load_format = args.load_format;
-  lo.seed = args.seed;
-  lo.quantization = parse_weight_quant(args.quantization);
+  const LoadOptions lo = load_options(args);
   SERVE8_CHECK(args.tp_size >= 1, "--tp-size {} must be at least 1", args.tp_size);
   std::unique_ptr<LlamaModel> model;
   std::vector<TpPeer> peers;
@@ -237,16 +238,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   kc.num_slots = pool_slots(args, *backend, kc.bytes_per_token(), 2 * table_bytes);
   const KvScales scales = resolve_kv_scales(args, mc, kc.dtype);
   std::unique_ptr<KvCache> kv;
-  if (gloo) {
-    const auto rank_pool = [&](const LlamaModel& m, Backend& b) {
-      KvCacheConfig rc = kc;
-      rc.num_kv_heads = m.tp_shard().num_kv_heads;
-      return b.create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
-    };
-    kv = rank_pool(*model, *backend);
-    for (TpPeer& p : peers) p.kv = rank_pool(*p.model, *p.backend);
-    model->attach_tp_group(std::move(peers), kc.num_slots, gloo);
-  } else if (peers.empty()) {
+  if (peers.empty() && !gloo) {
     kv = backend->create_kv_cache(kc, scales);
   } else {
     // Each rank's pool holds its KV heads (and their scales); the slots are the same on every rank.
@@ -257,7 +249,11 @@ EngineParts create_engine_parts(const EngineArgs& args) {
     };
     kv = rank_pool(*model, *backend);
     for (TpPeer& p : peers) p.kv = rank_pool(*p.model, *p.backend);
-    model->attach_tp_peers(std::move(peers));
+    if (gloo) {
+      model->attach_tp_group(std::move(peers), kc.num_slots, gloo);
+    } else {
+      model->attach_tp_peers(std::move(peers));
+    }
   }
   spdlog::info("KV pool: {} tokens of {} ({} bytes per token, {:.2f} GiB); max running requests {}", kc.num_slots - 1,
                dtype_name(kc.dtype), kc.bytes_per_token(),
