@@ -115,8 +115,9 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
 struct KvLayer {
   Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
-  // int8 only: [num_slots, num_kv_heads] fp32, each stored row's scale (value = stored * scale *
-  // the head's scale), written by kv_store with the row; empty for the other dtypes.
+  // int8 only: [num_slots, num_kv_heads] fp32, each stored row's scale, written by kv_store with
+  // the row; empty for the other dtypes. int8 rows hold the row rotated by the orthonormal
+  // Walsh-Hadamard transform H of head_dim: value = H (stored * row scale * the head's scale).
   Tensor k_row_scale, v_row_scale;
 };
 

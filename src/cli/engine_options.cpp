@@ -58,7 +58,7 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "head dims 8/16/32 only)");
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype,
                  "auto | fp32 (needs --dtype float32 on cuda) | bf16 | fp16 | fp8_e5m2 | fp8_e4m3 | "
-                 "int8 (cpu: a scale per token and KV head)");
+                 "int8 (cpu: rotated rows, a scale per token and KV head)");
   app.add_option("--quantization-param-path", a.quantization_param_path,
                  "fp8_e4m3 KV scales: SGLang/vLLM JSON, as `serve8 calibrate` writes it");
   app.add_option("--max-total-tokens", a.max_total_tokens, "KV pool size in tokens (default: from memory)");

@@ -14,6 +14,21 @@ namespace serve8::cpu {
 
 namespace {
 
+// Orthonormal Walsh-Hadamard transform in place (n a power of two); its own inverse. int8 pools
+// store each K and V row rotated by it, so that no channel's outlier sets the row's scale; q is
+// rotated alike (q.k is unchanged) and the attention output rotated back.
+void hadamard(float* x, int64_t n) {
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  const float f = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
 struct KvGeometry {
   int64_t num_slots, heads, head_dim;
 };
@@ -68,7 +83,8 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
         const int64_t at = static_cast<int64_t>(slots[t]) * g.heads + h;
         S* dst = pool + at * g.head_dim;
         if constexpr (std::is_same_v<S, int8_t>) {
-          // Symmetric int8 with the row's own scale: its largest |value| maps to 127.
+          // Symmetric int8 of the rotated row with its own scale: its largest |value| maps to 127.
+          hadamard(row.data(), g.head_dim);
           float amax = 0.0f;
           for (int64_t i = 0; i < g.head_dim; ++i) amax = std::max(amax, std::fabs(row[static_cast<size_t>(i)] / scale));
           const float row_scale = amax / 127.0f;
@@ -125,6 +141,8 @@ void attention_impl(const AttentionArgs& a) {
       const int64_t n = kv_len - q_len + (t - a.qo_indptr[b]) + 1;  // causal: prefix plus new tokens up to t
       const int32_t* slots = a.kv_indices + a.kv_indptr[b];
       load_f32(*a.q, (t * a.q_heads + kvh * group) * d, group * d, q.data());
+      if constexpr (kRowScaled)
+        for (int64_t h = 0; h < group; ++h) hadamard(q.data() + h * d, d);
 
       // Scores: q · k_stored, with k_scale folded into the softmax scale.
       const float score_scale = a.softmax_scale * k_scale[kvh];
@@ -167,6 +185,7 @@ void attention_impl(const AttentionArgs& a) {
       for (int64_t h = 0; h < group; ++h) {
         const float f = v_scale[kvh] / denom[static_cast<size_t>(h)];
         for (int64_t i = 0; i < d; ++i) acc[static_cast<size_t>(h * d + i)] *= f;
+        if constexpr (kRowScaled) hadamard(acc.data() + h * d, d);  // back from the rotated V rows
       }
       store_f32(acc.data(), group * d, a.out, (t * a.q_heads + kvh * group) * d);
     }

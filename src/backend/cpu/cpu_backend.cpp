@@ -70,6 +70,10 @@ class CpuKvCache final : public KvCache {
                  "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)",
                  dtype_name(config.dtype));
     check_kv_cache_args(config, scales);
+    SERVE8_CHECK(config.dtype != DType::kI8 || (config.head_dim & (config.head_dim - 1)) == 0,
+                 "kv cache: int8 rotates each head by a Walsh-Hadamard transform, which needs a power-of-two "
+                 "head_dim (this model's is {})",
+                 config.head_dim);
     scales_ = scales;
     const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
                                static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
