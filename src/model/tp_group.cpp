@@ -35,6 +35,8 @@ TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num
       try {
         serve_tp_rank(*p.model, [&](int64_t) { return std::move(p.kv); });  // made with rank 0's slots
       } catch (const std::exception& e) {
+        // Rank 0's next collective then fails when the group's timeout passes (Gloo cannot be
+        // interrupted); the log says which rank broke it.
         spdlog::error("tensor parallel rank {}: {}", p.model->tp_shard().rank, e.what());
       }
     });

@@ -333,7 +333,7 @@ GlooGroup::GlooGroup(const GlooGroupOptions& o) {
                o.ranks.size());
   const bool has_rank0 = std::find(o.ranks.begin(), o.ranks.end(), 0) != o.ranks.end();
   if (has_rank0) server_ = std::make_unique<GlooStoreServer>(o.host, o.port, o.timeout);
-  const auto device = gloo::transport::tcp::CreateDevice(local_address(o.host).c_str());
+  std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(local_address(o.host).c_str());
   // One context per local rank, connected in parallel: each waits for every other rank's address.
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(o.ranks.size());
   std::vector<std::shared_ptr<TcpStore>> stores(o.ranks.size());
@@ -346,7 +346,7 @@ GlooGroup::GlooGroup(const GlooGroupOptions& o) {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(o.ranks[i], o.size);
         ctx->setTimeout(o.timeout);
         gloo::rendezvous::PrefixStore prefixed("serve8-tp", *stores[i]);
-        ctx->connectFullMesh(prefixed, const_cast<std::shared_ptr<gloo::transport::Device>&>(device));
+        ctx->connectFullMesh(prefixed, device);
         contexts[i] = std::move(ctx);
       } catch (...) {
         errors[i] = std::current_exception();
