@@ -420,17 +420,9 @@ template <DType kKv, int kD, int kHeads>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
   using L = DecodeStream<kKv, kD, kHeads>;
   decode_stream_configure<kKv, kD, kHeads>();
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads));
-  config.blockDim = dim3(L::kThreads);
-  config.dynamicSmemBytes = L::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_decode_stream_kernel<kKv, kD, kHeads>, p));
+launch_dependent(attention_decode_stream_kernel<kKv, kD, kHeads>,
+                   dim3(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads)), dim3(L::kThreads), L::kSmemBytes,
+                   stream, p);
 }
 
 // Calls f(std::integral_constant<int, kHeads>) for `heads` KV heads per block: 2 exists for FP8

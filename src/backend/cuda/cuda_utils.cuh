@@ -5,7 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
+#include "backend/cuda/cuda_check.h"
 #include "core/dtype.h"
 
 namespace serve8 {
@@ -14,6 +16,24 @@ namespace serve8 {
 // GEMM, decode attention) start now: it reads its weights while this kernel runs and waits
 // (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
+// Launches kernel under a programmatic dependent launch: it may start while the kernel before it
+// runs, so it must wait (griddepcontrol.wait) before reading anything that kernel writes.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 

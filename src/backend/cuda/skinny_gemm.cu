@@ -202,17 +202,9 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
 
 template <int NT>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), static_cast<unsigned>(plan.splits));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_bytes(NT);
-  config.stream = stream;
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_gemm_kernel<NT>, p));
+  launch_dependent(skinny_fp8_gemm_kernel<NT>,
+                   dim3(static_cast<unsigned>(plan.tiles_n), static_cast<unsigned>(plan.splits)), dim3(kThreads),
+                   smem_bytes(NT), stream, p);
 }
 
 template <int NT>
