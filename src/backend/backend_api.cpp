@@ -128,10 +128,6 @@ void Backend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t fi
   fail("embedding_shard: the {} backend has no vocabulary-parallel embedding (tensor parallelism)", name());
 }
 
-}  // namespace serve8
-
-namespace serve8 {
-
 void Communicator::broadcast(std::vector<int32_t>&) {
   throw Error("tensor parallel: this group's ranks share one process; broadcast is for ranks in other processes");
 }

@@ -114,6 +114,13 @@ std::vector<int> node_ranks(const EngineArgs& args) {
   return ranks;
 }
 
+// Rank m's KV pool: its KV heads (and their scales); the slots are the same on every rank.
+std::unique_ptr<KvCache> rank_pool(const KvCacheConfig& kc, const KvScales& scales, const LlamaModel& m, Backend& b) {
+  KvCacheConfig rc = kc;
+  rc.num_kv_heads = m.tp_shard().num_kv_heads;
+  return b.create_kv_cache(rc, shard_kv_scales(scales, m.config(), m.tp_shard()));
+}
+
 GlooGroupOptions gloo_options(const EngineArgs& args, const std::vector<int>& ranks) {
   GlooGroupOptions o;
   std::tie(o.host, o.port) = parse_dist_init_addr(args.dist_init_addr);
@@ -142,7 +149,8 @@ void run_tp_node(const EngineArgs& args) {
   const LoadOptions lo = load_options(args);
   GlooGroup gloo(gloo_options(args, ranks));
   std::vector<std::unique_ptr<LlamaModel>> models =
-      load_tp_shards(lo, args.tp_size, ranks, backends, gloo.take_communicators(), max_tokens, sc.max_running_requests);
+      load_tp_shards(lo, args.tp_size, ranks, backends, [&](const ModelConfig&) { return gloo.take_communicators(); },
+                     max_tokens, sc.max_running_requests);
   const ModelConfig& mc = models[0]->config();
   KvCacheConfig kc;
   kc.num_layers = mc.num_layers;
@@ -158,12 +166,10 @@ void run_tp_node(const EngineArgs& args) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        LlamaModel& m = *models[i];
-        serve_tp_rank(m, [&](int64_t slots) {
+        serve_tp_rank(*models[i], [&](int64_t slots) {
           KvCacheConfig rc = kc;
           rc.num_slots = slots;
-          rc.num_kv_heads = m.tp_shard().num_kv_heads;
-          return backends[i]->create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
+          return rank_pool(rc, scales, *models[i], *backends[i]);
         });
       } catch (...) {
         errors[i] = std::current_exception();
@@ -191,31 +197,27 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   std::unique_ptr<LlamaModel> model;
   std::vector<TpPeer> peers;
   std::shared_ptr<GlooGroup> gloo;  // across processes: node 0's ranks and the rendezvous
-  if (args.nnodes > 1) {
-    SERVE8_CHECK(args.node_rank == 0, "--node-rank {}: only node 0 serves; the others run run_tp_node",
-                 args.node_rank);
-    std::vector<std::unique_ptr<Backend>> owned;
-    std::vector<Backend*> backends = {backend.get()};
-    const std::vector<int> ranks = node_ranks(args);
-    for (size_t i = 1; i < ranks.size(); ++i) {
-      owned.push_back(create_backend(device, backend->compute_dtype()));
-      backends.push_back(owned.back().get());
-    }
-    gloo = std::make_shared<GlooGroup>(gloo_options(args, ranks));
-    std::vector<std::unique_ptr<LlamaModel>> models =
-        load_tp_shards(lo, args.tp_size, ranks, backends, gloo->take_communicators(), max_tokens,
-                       sc.max_running_requests);
-    model = std::move(models[0]);
-    for (size_t i = 1; i < models.size(); ++i)
-      peers.push_back(TpPeer{std::move(owned[i - 1]), std::move(models[i]), nullptr});
-  } else if (args.tp_size == 1) {
+  if (args.nnodes == 1 && args.tp_size == 1) {
     model = load_llama_model(lo, *backend, max_tokens, sc.max_running_requests);
   } else {
-    backend->create_communicators(args.tp_size, 0);  // a backend without them refuses before loading
+    int local_ranks = args.tp_size;
+    if (args.nnodes > 1) {
+      SERVE8_CHECK(args.node_rank == 0, "--node-rank {}: only node 0 serves; the others run run_tp_node",
+                   args.node_rank);
+      const std::vector<int> ranks = node_ranks(args);
+      local_ranks = static_cast<int>(ranks.size());
+      gloo = std::make_shared<GlooGroup>(gloo_options(args, ranks));
+    } else {
+      backend->create_communicators(args.tp_size, 0);  // a backend without them refuses before loading
+    }
     const DType compute = backend->compute_dtype();
     model = load_tp_llama_model(
-        lo, *backend, args.tp_size, [&] { return create_backend(device, compute); }, max_tokens,
-        sc.max_running_requests, peers);
+        lo, *backend, args.tp_size, local_ranks, [&] { return create_backend(device, compute); },
+        [&](const ModelConfig& c) {
+          return gloo ? gloo->take_communicators()
+                      : backend->create_communicators(args.tp_size, int64_t{max_tokens} * c.hidden_size);
+        },
+        max_tokens, sc.max_running_requests, peers);
   }
   const ModelConfig& mc = model->config();
   if (backend->name() == "cuda" && backend->compute_dtype() == DType::kF32 && mc.head_dim > 32) {
@@ -241,14 +243,8 @@ EngineParts create_engine_parts(const EngineArgs& args) {
   if (peers.empty() && !gloo) {
     kv = backend->create_kv_cache(kc, scales);
   } else {
-    // Each rank's pool holds its KV heads (and their scales); the slots are the same on every rank.
-    const auto rank_pool = [&](const LlamaModel& m, Backend& b) {
-      KvCacheConfig rc = kc;
-      rc.num_kv_heads = m.tp_shard().num_kv_heads;
-      return b.create_kv_cache(rc, shard_kv_scales(scales, mc, m.tp_shard()));
-    };
-    kv = rank_pool(*model, *backend);
-    for (TpPeer& p : peers) p.kv = rank_pool(*p.model, *p.backend);
+    kv = rank_pool(kc, scales, *model, *backend);
+    for (TpPeer& p : peers) p.kv = rank_pool(kc, scales, *p.model, *p.backend);
     if (gloo) {
       model->attach_tp_group(std::move(peers), kc.num_slots, gloo);
     } else {

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -171,6 +172,12 @@ void log_shard(const TpShard& s, int tp_size) {
       s.inter_begin, s.inter_begin + s.intermediate_size, s.vocab_begin, s.vocab_begin + s.vocab_size);
 }
 
+// The ForwardBatch arrays a forward job carries, in message order.
+template <typename Batch>
+auto batch_arrays(Batch& b) {
+  return std::array{&b.tokens, &b.positions, &b.qo_indptr, &b.kv_indptr, &b.req_rows, &b.new_slot_indptr, &b.new_slots};
+}
+
 // A message: job, then each array as its length and elements.
 void put(std::vector<int32_t>& m, std::span<const int32_t> a) {
   m.push_back(static_cast<int32_t>(a.size()));
@@ -180,7 +187,8 @@ void put(std::vector<int32_t>& m, std::span<const int32_t> a) {
 std::span<const int32_t> take(const std::vector<int32_t>& m, size_t& at) {
   SERVE8_CHECK(at < m.size(), "tensor parallel: a step message ends early ({} ints)", m.size());
   const int64_t n = m[at++];
-  SERVE8_CHECK(n >= 0 && at + static_cast<size_t>(n) <= m.size(), "tensor parallel: a step message's array of {} runs past its {} ints", n, m.size());
+  SERVE8_CHECK(n >= 0 && at + static_cast<size_t>(n) <= m.size(),
+               "tensor parallel: a step message's array of {} runs past its {} ints", n, m.size());
   std::span<const int32_t> a(m.data() + at, static_cast<size_t>(n));
   at += static_cast<size_t>(n);
   return a;
@@ -192,9 +200,7 @@ std::vector<int32_t> encode_tp_job(TpJob job, const ForwardBatch* batch, std::sp
   std::vector<int32_t> m = {static_cast<int32_t>(job)};
   if (job == TpJob::kForward) {
     SERVE8_CHECK(batch, "tensor parallel: a forward job without its batch");
-    for (const std::vector<int32_t>* a : {&batch->tokens, &batch->positions, &batch->qo_indptr, &batch->kv_indptr,
-                                          &batch->req_rows, &batch->new_slot_indptr, &batch->new_slots})
-      put(m, *a);
+    for (const std::vector<int32_t>* a : batch_arrays(*batch)) put(m, *a);
   } else {
     put(m, rows);
   }
@@ -202,13 +208,13 @@ std::vector<int32_t> encode_tp_job(TpJob job, const ForwardBatch* batch, std::sp
 }
 
 TpJob decode_tp_job(const std::vector<int32_t>& msg, ForwardBatch& batch, std::vector<int32_t>& rows) {
-  SERVE8_CHECK(!msg.empty() && msg[0] >= static_cast<int32_t>(TpJob::kHello) && msg[0] <= static_cast<int32_t>(TpJob::kStop),
+  SERVE8_CHECK(!msg.empty() && msg[0] >= static_cast<int32_t>(TpJob::kHello) &&
+                   msg[0] <= static_cast<int32_t>(TpJob::kStop),
                "tensor parallel: a step message with job {}", msg.empty() ? -1 : msg[0]);
   const TpJob job = static_cast<TpJob>(msg[0]);
   size_t at = 1;
   if (job == TpJob::kForward) {
-    for (std::vector<int32_t>* a : {&batch.tokens, &batch.positions, &batch.qo_indptr, &batch.kv_indptr, &batch.req_rows,
-                                    &batch.new_slot_indptr, &batch.new_slots}) {
+    for (std::vector<int32_t>* a : batch_arrays(batch)) {
       const std::span<const int32_t> s = take(msg, at);
       a->assign(s.begin(), s.end());
     }
@@ -248,13 +254,16 @@ void serve_tp_rank(LlamaModel& model, const std::function<std::unique_ptr<KvCach
 
 std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& options, int tp_size,
                                                         std::span<const int> ranks, std::span<Backend* const> backends,
-                                                        std::vector<std::unique_ptr<Communicator>> comms,
-                                                        int max_tokens, int max_seqs) {
-  SERVE8_CHECK(!ranks.empty() && ranks.size() == backends.size() && ranks.size() == comms.size(),
-               "tensor parallel: {} ranks, {} backends and {} communicators", ranks.size(), backends.size(), comms.size());
+                                                        const MakeCommunicators& make_comms, int max_tokens,
+                                                        int max_seqs) {
+  SERVE8_CHECK(!ranks.empty() && ranks.size() == backends.size(), "tensor parallel: {} ranks and {} backends",
+               ranks.size(), backends.size());
   LoadedLlama whole = load_llama_weights_of(options, *backends[0]);
   const ModelConfig& c = whole.config;
   tp_shard(c, 0, tp_size);  // refuses a size beyond the KV heads before anything else is made
+  std::vector<std::unique_ptr<Communicator>> comms = make_comms(c);
+  SERVE8_CHECK(comms.size() == ranks.size(), "tensor parallel: {} communicators for {} ranks", comms.size(),
+               ranks.size());
   std::vector<std::unique_ptr<LlamaModel>> models;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const TpShard s = tp_shard(c, ranks[i], tp_size);
@@ -267,29 +276,23 @@ std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& optio
 }
 
 std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
+                                                int local_ranks,
                                                 const std::function<std::unique_ptr<Backend>()>& make_backend,
-                                                int max_tokens, int max_seqs, std::vector<TpPeer>& peers) {
-  LoadedLlama whole = load_llama_weights_of(options, backend0);
-  const ModelConfig& c = whole.config;
-  tp_shard(c, 0, tp_size);  // refuses a size beyond the KV heads before anything else is made
-  const int64_t reduce_elems = int64_t{max_tokens} * c.hidden_size;
-  std::vector<std::unique_ptr<Communicator>> comms = backend0.create_communicators(tp_size, reduce_elems);
-  std::unique_ptr<LlamaModel> rank0;
-  for (int r = 0; r < tp_size; ++r) {
-    const TpShard s = tp_shard(c, r, tp_size);
-    std::unique_ptr<Backend> own = r == 0 ? nullptr : make_backend();
-    Backend& b = r == 0 ? backend0 : *own;
-    LlamaWeights w = shard_llama_weights(whole.weights, c, s, backend0, b);
-    log_shard(s, tp_size);
-    auto m = std::make_unique<LlamaModel>(c, std::move(w), b, max_tokens, max_seqs,
-                                          std::move(comms[static_cast<size_t>(r)]), &s);
-    if (r == 0) {
-      rank0 = std::move(m);
-    } else {
-      peers.push_back(TpPeer{std::move(own), std::move(m), nullptr});
-    }
+                                                const MakeCommunicators& make_comms, int max_tokens, int max_seqs,
+                                                std::vector<TpPeer>& peers) {
+  std::vector<int> ranks = {0};
+  std::vector<Backend*> backends = {&backend0};
+  std::vector<std::unique_ptr<Backend>> owned;
+  for (int r = 1; r < local_ranks; ++r) {
+    ranks.push_back(r);
+    owned.push_back(make_backend());
+    backends.push_back(owned.back().get());
   }
-  return rank0;
+  std::vector<std::unique_ptr<LlamaModel>> models =
+      load_tp_shards(options, tp_size, ranks, backends, make_comms, max_tokens, max_seqs);
+  for (size_t i = 1; i < models.size(); ++i)
+    peers.push_back(TpPeer{std::move(owned[i - 1]), std::move(models[i]), nullptr});
+  return std::move(models[0]);
 }
 
 }  // namespace serve8

@@ -44,8 +44,9 @@ void serve_tp_rank(LlamaModel& model, const std::function<std::unique_ptr<KvCach
 class TpGroup {
  public:
   TpGroup(LlamaModel& rank0, std::vector<TpPeer> peers);
-  // Steps go to the other ranks by broadcast: the local peers (no KV pools yet) run serve_tp_rank
-  // on threads, ranks in other processes their own; keepalive (the rendezvous) lives as long.
+  // Steps go to the other ranks by broadcast: the local peers (with their pools) run
+  // serve_tp_rank on threads, ranks in other processes their own; keepalive (the rendezvous)
+  // lives as long.
   TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num_slots, std::shared_ptr<void> keepalive);
   ~TpGroup();
   TpGroup(const TpGroup&) = delete;
@@ -81,18 +82,24 @@ class TpGroup {
   std::vector<std::thread> threads_;
 };
 
-// Loads the model once on `backend0` and splits it over tp_size ranks (tp_shard): rank 0's model
-// stays on backend0 (returned); each peer gets a backend from make_backend, its shard and its
-// communicator in `peers` (their KV pools are the caller's to add before attach_tp_peers).
-std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
-                                                const std::function<std::unique_ptr<Backend>()>& make_backend,
-                                                int max_tokens, int max_seqs, std::vector<TpPeer>& peers);
-// This process's ranks of a tp_size group whose communicators come from elsewhere (one per rank,
-// in ranks' order): the model loaded once on backends[0], each rank's shard on backends[i].
+// The communicators of a process's ranks (one per rank, in their order), made once the model's
+// shape is known.
+using MakeCommunicators = std::function<std::vector<std::unique_ptr<Communicator>>(const ModelConfig&)>;
+
+// This process's ranks of a tp_size group: the model loaded once on backends[0], each rank's
+// shard on backends[i] with its communicator.
 std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& options, int tp_size,
                                                         std::span<const int> ranks,
                                                         std::span<Backend* const> backends,
-                                                        std::vector<std::unique_ptr<Communicator>> comms,
-                                                        int max_tokens, int max_seqs);
+                                                        const MakeCommunicators& make_comms, int max_tokens,
+                                                        int max_seqs);
+// Ranks 0..local_ranks-1 of a tp_size group in this process: rank 0's model (returned) on
+// backend0, each other rank's on a backend from make_backend, in `peers` (their KV pools are the
+// caller's to add before attach_tp_peers or attach_tp_group).
+std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
+                                                int local_ranks,
+                                                const std::function<std::unique_ptr<Backend>()>& make_backend,
+                                                const MakeCommunicators& make_comms, int max_tokens, int max_seqs,
+                                                std::vector<TpPeer>& peers);
 
 }  // namespace serve8
