@@ -187,8 +187,7 @@ class TcpStore : public gloo::rendezvous::Store {
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<gloo::Context> ctx, std::shared_ptr<TcpStore> store)
-      : ctx_(std::move(ctx)), store_(std::move(store)) {}
+  explicit GlooCommunicator(std::shared_ptr<gloo::Context> ctx) : ctx_(std::move(ctx)) {}
   int rank() const override { return ctx_->rank; }
   int size() const override { return ctx_->size; }
 
@@ -296,7 +295,6 @@ class GlooCommunicator : public Communicator {
   }
 
   std::shared_ptr<gloo::Context> ctx_;
-  std::shared_ptr<TcpStore> store_;
   std::vector<float> gathered_;
   std::vector<char> staged_;
   bool broken_ = false;
@@ -336,16 +334,16 @@ GlooGroup::GlooGroup(const GlooGroupOptions& o) {
   std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(local_address(o.host).c_str());
   // One context per local rank, connected in parallel: each waits for every other rank's address.
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(o.ranks.size());
-  std::vector<std::shared_ptr<TcpStore>> stores(o.ranks.size());
   std::vector<std::exception_ptr> errors(o.ranks.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < o.ranks.size(); ++i) {
     threads.emplace_back([&, i] {
       try {
-        stores[i] = std::make_shared<TcpStore>(o.host, o.port, o.timeout);
+        // The store is needed only to meet: once connected, the ranks talk over their own pairs.
+        TcpStore store(o.host, o.port, o.timeout);
         auto ctx = std::make_shared<gloo::rendezvous::Context>(o.ranks[i], o.size);
         ctx->setTimeout(o.timeout);
-        gloo::rendezvous::PrefixStore prefixed("serve8-tp", *stores[i]);
+        gloo::rendezvous::PrefixStore prefixed("serve8-tp", store);
         ctx->connectFullMesh(prefixed, device);
         contexts[i] = std::move(ctx);
       } catch (...) {
@@ -356,7 +354,7 @@ GlooGroup::GlooGroup(const GlooGroupOptions& o) {
   for (std::thread& t : threads) t.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  for (size_t i = 0; i < o.ranks.size(); ++i) comms_.push_back(std::make_unique<GlooCommunicator>(contexts[i], stores[i]));
+  for (const auto& ctx : contexts) comms_.push_back(std::make_unique<GlooCommunicator>(ctx));
   spdlog::info("tensor parallel: ranks {} of {} connected through {}:{}", fmt::join(o.ranks, ","), o.size, o.host,
                o.port);
 }
