@@ -86,11 +86,14 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
           // Symmetric int8 of the rotated row with its own scale: its largest |value| maps to 127.
           hadamard(row.data(), g.head_dim);
           float amax = 0.0f;
-          for (int64_t i = 0; i < g.head_dim; ++i) amax = std::max(amax, std::fabs(row[static_cast<size_t>(i)] / scale));
+          for (float& x : row) {
+            x /= scale;
+            amax = std::max(amax, std::fabs(x));
+          }
           const float row_scale = amax / 127.0f;
           const float inv = row_scale > 0.0f ? 1.0f / row_scale : 0.0f;
           for (int64_t i = 0; i < g.head_dim; ++i)
-            dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] / scale * inv), -127.0f, 127.0f));
+            dst[i] = static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
           (is_v ? kv.v_row_scale : kv.k_row_scale).template ptr<float>()[at] = row_scale;
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
