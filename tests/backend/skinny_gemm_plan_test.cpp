@@ -27,7 +27,7 @@ TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRows) {
 }
 
 TEST(SkinnyGemmPlan, SplitsCoverKWithNoEmptySplit) {
-  const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096},  {28672, 4096}, {4096, 14336}, {15360, 5120}, {5120, 13824},
+  const int64_t shapes[][2] = {{6144, 4096},  {4096, 4096},  {28672, 4096}, {4096, 14336}, {15360, 5120}, {5120, 13824},
                                {8192, 28672}, {57344, 8192}, {960, 576},    {576, 1536},   {100, 48},     {64, 16}};
   for (const auto& s : shapes) {
     for (const int64_t m : {1, 9, 16}) {

@@ -45,17 +45,19 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[NT / 2], uint64_t a, uint6
 
 template <>
 __device__ __forceinline__ void wgmma_e4m3<8>(float (&d)[4], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {"
-               "%0, %1, %2, %3}, %4, %5, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "l"(a), "l"(b));
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3}, %4, %5, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a), "l"(b));
 }
 template <>
 __device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[8], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
-               "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1;\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-               : "l"(a), "l"(b));
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b));
 }
 
 // Row r's 16-byte chunk c of a 128-byte swizzle row lands at chunk c ^ (r % 8).

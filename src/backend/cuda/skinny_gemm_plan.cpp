@@ -8,7 +8,9 @@ namespace {
 // A block's pipeline fill costs about two K blocks' streaming time.
 constexpr int64_t kFillBlocks = 2;
 
-bool takes(int64_t m, int64_t n, int64_t k) { return m >= 1 && m <= kSkinnyMaxRows && n >= 1 && k >= 16 && k % 16 == 0; }
+bool takes(int64_t m, int64_t n, int64_t k) {
+  return m >= 1 && m <= kSkinnyMaxRows && n >= 1 && k >= 16 && k % 16 == 0;
+}
 
 SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
   SkinnyGemmPlan p;

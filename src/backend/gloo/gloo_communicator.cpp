@@ -9,14 +9,15 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
-#include <utility>
-
-#include <boost/asio.hpp>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
+
+// After <utility>: Boost 1.74's Asio uses std::exchange without including it.
+#include <boost/asio.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -73,9 +74,9 @@ class GlooStoreServer {
     cv_.notify_all();
     {
       tcp::socket wake(io_);  // accept() returns, sees stopping_ and ends
-      wake.connect(tcp::endpoint(ep.address().is_unspecified() ? asio::ip::make_address("127.0.0.1") : ep.address(),
-                                 ep.port()),
-                   ec);
+      wake.connect(
+          tcp::endpoint(ep.address().is_unspecified() ? asio::ip::make_address("127.0.0.1") : ep.address(), ep.port()),
+          ec);
     }
     if (thread_.joinable()) thread_.join();
     for (std::thread& t : clients_) t.join();

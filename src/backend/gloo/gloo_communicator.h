@@ -18,8 +18,8 @@ namespace serve8 {
 struct GlooGroupOptions {
   std::string host;  // of --dist-init-addr: where rank 0's process serves the store
   int port = 0;
-  int size = 0;                    // ranks in the group (--tp-size)
-  std::vector<int> ranks;          // this process's ranks
+  int size = 0;                                                 // ranks in the group (--tp-size)
+  std::vector<int> ranks;                                       // this process's ranks
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // a collective waiting this long fails
 };
 
