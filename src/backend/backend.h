@@ -89,17 +89,32 @@ struct KvCacheConfig {
   int max_requests = 64;
   int max_context_len = 4096;
   int padding_row() const { return max_requests; }
-  // K and V, plus int8's scale per token and head (fp32) for each.
-  size_t bytes_per_token() const {
-    return 2ull * num_layers * num_kv_heads * (head_dim * dtype_size(dtype) + (dtype == DType::kI8 ? sizeof(float) : 0));
+  // K and V, with each row's own scale (and minimum) for the integer formats.
+  size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * kv_row_bytes(dtype, head_dim); }
+
+  // One stored row of head_dim values: int8 adds its fp32 scale; int4 packs two codes a byte and
+  // adds its fp16 scale and minimum.
+  static constexpr size_t kv_row_bytes(DType t, int head_dim) {
+    const auto d = static_cast<size_t>(head_dim);
+    if (t == DType::kI8) return d + 4;
+    if (t == DType::kI4) return d / 2 + 4;
+    return d * dtype_size(t);
   }
 };
+
+// int8 and int4 store each row rotated by the Walsh-Hadamard transform of head_dim.
+constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DType::kI4; }
 
 // Scales of the stored values: stored = value / scale, value = stored * scale. One scale per
 // layer and KV head ([num_layers * num_kv_heads], layer-major); a per-layer scale is repeated
 // over the heads. All 1.0 for formats that need none.
 struct KvScales {
   std::vector<float> k, v;
+  // Rotated formats only, optional (empty: zero): each KV head's mean K and V row, after RoPE and
+  // before the scale, [num_layers * num_kv_heads * head_dim] layer-major. Rows are stored less
+  // their head's mean: q . mean is the same for every key, so softmax does not change, and V's
+  // mean is added back to the attention output. Centred rows take finer int4 steps.
+  std::vector<float> k_mean, v_mean;
   static KvScales ones(int num_layers, int num_kv_heads);
 };
 
@@ -113,12 +128,14 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
 
 // One layer's slice of the pool, as the kernels see it.
 struct KvLayer {
-  Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype
+  Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype (int4: head_dim / 2 bytes)
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
-  // int8 only: [num_slots, num_kv_heads] fp32, each stored row's scale, written by kv_store with
-  // the row; empty for the other dtypes. int8 rows hold the row rotated by the orthonormal
-  // Walsh-Hadamard transform H of head_dim: value = H (stored * row scale * the head's scale).
+  // int8: [num_slots, num_kv_heads] fp32, each stored row's scale; int4: [num_slots, num_kv_heads,
+  // 2] fp16, each row's scale and minimum; written by kv_store with the row; empty for the other
+  // dtypes. Both hold the row rotated by the orthonormal Walsh-Hadamard transform H of head_dim:
+  // value = H (stored * row scale [+ row minimum]) * the head's scale + the head's mean.
   Tensor k_row_scale, v_row_scale;
+  Tensor k_mean, v_mean;  // int8 and int4: [num_kv_heads, head_dim] fp32 (zeros when none given)
 };
 
 // The KV pool's storage (one buffer per layer for K and for V) and the request -> slot table,

@@ -59,8 +59,8 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& c) {
   for (int b = 0; b < b_count; ++b) {
     const int32_t row = batch.req_rows[static_cast<size_t>(b)];
     const int kv = batch.kv_indptr[static_cast<size_t>(b) + 1] - batch.kv_indptr[static_cast<size_t>(b)];
-    SERVE8_CHECK(row >= 0 && row <= c.padding_row(), "forward batch: table row {} is outside the table's {} rows",
-                 row, c.padding_row() + 1);
+    SERVE8_CHECK(row >= 0 && row <= c.padding_row(), "forward batch: table row {} is outside the table's {} rows", row,
+                 c.padding_row() + 1);
     SERVE8_CHECK(kv <= c.max_context_len, "forward batch: sequence {} has {} kv tokens, over the table's {} a row", b,
                  kv, c.max_context_len);
   }
@@ -91,6 +91,12 @@ void check_kv_cache_args(const KvCacheConfig& c, const KvScales& s) {
                  "kv cache: scales of layer {} head {} are k={} v={}; they must be finite and positive",
                  i / static_cast<size_t>(c.num_kv_heads), i % static_cast<size_t>(c.num_kv_heads), s.k[i], s.v[i]);
   }
+  for (const auto* m : {&s.k_mean, &s.v_mean}) {
+    SERVE8_CHECK(m->empty() || m->size() == n * static_cast<size_t>(c.head_dim),
+                 "kv cache: {} mean values for {} layers x {} kv heads x head_dim {}", m->size(), c.num_layers,
+                 c.num_kv_heads, c.head_dim);
+    for (const float x : *m) SERVE8_CHECK(std::isfinite(x), "kv cache: a K or V mean is {}", x);
+  }
 }
 
 RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int top_n) {
@@ -110,9 +116,8 @@ RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   const auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-    return key(a) > key(b) || (key(a) == key(b) && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&](int32_t a, int32_t b) { return key(a) > key(b) || (key(a) == key(b) && a < b); });
   for (int i = 0; i < n; ++i) r.top.emplace_back(ids[static_cast<size_t>(i)], lp(ids[static_cast<size_t>(i)]));
   return r;
 }

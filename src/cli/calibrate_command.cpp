@@ -2,7 +2,8 @@
 // compute dtype (bf16 on the GPU, fp32 on the CPU) in chunks of --context tokens; after each
 // layer's kv_store the model hands over the new K (after RoPE) and V, whose absolute maxima are
 // kept per layer and KV head. scale = amax / 448 * --margin, per head or per layer (the layer's
-// largest head), written as the JSON --quantization-param-path reads.
+// largest head), written as the JSON --quantization-param-path reads, with each head's mean K and
+// V row (what int8 and int4 pools centre their rows on).
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -44,8 +45,9 @@ std::vector<int32_t> read_tokens(const CalibrateArgs& a, const Tokenizer* tok) {
   return ids;
 }
 
-// max |x| per KV head of a [T, Hkv, D] tensor in backend memory, folded into amax[layer * Hkv + h].
-void fold_amax(Backend& be, const Tensor& x, int layer, std::vector<float>& amax) {
+// max |x| per KV head of a [T, Hkv, D] tensor in backend memory, folded into amax[layer * Hkv + h],
+// and its sum per channel into sum[(layer * Hkv + h) * D + c] (for the means int8/int4 rows centre on).
+void fold_amax(Backend& be, const Tensor& x, int layer, std::vector<float>& amax, std::vector<double>& sum) {
   const int64_t t = x.dim(0), heads = x.dim(1), d = x.dim(2);
   std::vector<float> f(static_cast<size_t>(t * heads * d));
   if (x.dtype == DType::kF32) {
@@ -59,7 +61,12 @@ void fold_amax(Backend& be, const Tensor& x, int layer, std::vector<float>& amax
   for (int64_t i = 0; i < t; ++i)
     for (int64_t h = 0; h < heads; ++h) {
       float& m = amax[static_cast<size_t>(layer * heads + h)];
-      for (int64_t j = 0; j < d; ++j) m = std::max(m, std::fabs(f[static_cast<size_t>((i * heads + h) * d + j)]));
+      double* s = sum.data() + (layer * heads + h) * d;
+      for (int64_t j = 0; j < d; ++j) {
+        const float y = f[static_cast<size_t>((i * heads + h) * d + j)];
+        m = std::max(m, std::fabs(y));
+        s[j] += y;
+      }
     }
 }
 
@@ -77,9 +84,13 @@ int run_calibrate(CalibrateArgs a) {
   const ModelConfig& mc = e.model->config();
   const size_t n = static_cast<size_t>(mc.num_layers) * static_cast<size_t>(mc.num_kv_heads);
   std::vector<float> amax_k(n, 0.0f), amax_v(n, 0.0f);
+  const size_t d = static_cast<size_t>(mc.head_dim);
+  std::vector<double> sum_k(n * d, 0.0), sum_v(n * d, 0.0);
+  std::vector<int64_t> rows(static_cast<size_t>(mc.num_layers), 0);
   e.model->set_kv_observer([&](int layer, const Tensor& k, const Tensor& v) {
-    fold_amax(*e.backend, k, layer, amax_k);
-    fold_amax(*e.backend, v, layer, amax_v);
+    fold_amax(*e.backend, k, layer, amax_k, sum_k);
+    fold_amax(*e.backend, v, layer, amax_v, sum_v);
+    rows[static_cast<size_t>(layer)] += k.dim(0);
   });
   std::vector<std::vector<int32_t>> chunks;
   for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(a.context))
@@ -114,10 +125,17 @@ int run_calibrate(CalibrateArgs a) {
       s.v[i] = std::max(per_head ? amax_v[i] : lv, 1e-6f) / kE4M3Max * static_cast<float>(a.margin);
     }
   }
+  s.k_mean.resize(n * d);
+  s.v_mean.resize(n * d);
+  for (size_t i = 0; i < n * d; ++i) {
+    const auto count = static_cast<double>(std::max<int64_t>(1, rows[i / d / static_cast<size_t>(mc.num_kv_heads)]));
+    s.k_mean[i] = static_cast<float>(sum_k[i] / count);
+    s.v_mean[i] = static_cast<float>(sum_v[i] / count);
+  }
   const std::string note =
-      fmt::format("serve8 calibrate: {} tokens of {} in chunks of {}, {} compute, amax / 448 x {}, {}", ids.size(),
-                  a.text_file.empty() ? a.ids_file : a.text_file, a.context, dtype_name(e.backend->compute_dtype()),
-                  a.margin, a.granularity);
+      fmt::format("serve8 calibrate: {} tokens of {} in chunks of {}, {} compute, amax / 448 x {}, {}; K/V means",
+                  ids.size(), a.text_file.empty() ? a.ids_file : a.text_file, a.context,
+                  dtype_name(e.backend->compute_dtype()), a.margin, a.granularity);
   write_kv_scales_json(a.output, s, mc.num_layers, mc.num_kv_heads, per_head, note);
   const auto [kmin, kmax] = std::minmax_element(s.k.begin(), s.k.end());
   const auto [vmin, vmax] = std::minmax_element(s.v.begin(), s.v.end());
@@ -130,7 +148,7 @@ int run_calibrate(CalibrateArgs a) {
 
 void register_calibrate(CLI::App& root, SetAction set_action) {
   auto a = std::make_shared<CalibrateArgs>();
-  CLI::App* app = root.add_subcommand("calibrate", "measure fp8_e4m3 KV scales on a text");
+  CLI::App* app = root.add_subcommand("calibrate", "measure fp8_e4m3 KV scales (and int8/int4 K/V means) on a text");
   add_engine_options(*app, a->engine);
   app->add_option("--text", a->text_file, "text file (tokenized with the model's tokenizer)");
   app->add_option("--ids-file", a->ids_file, "token ids separated by whitespace (models without a tokenizer)");

@@ -20,7 +20,9 @@
 namespace serve8 {
 
 // kI8: a KV storage format only, symmetric int8 with a scale per (token, KV head) beside the pool.
-enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32, kI8 };
+// kI4: a KV storage format only, two 4-bit codes a byte with a scale and minimum per (token, KV
+// head) beside the pool; a kI4 tensor's shape counts bytes (head_dim / 2 in its last dimension).
+enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32, kI8, kI4 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -37,6 +39,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::kI32:
       return 4;
     case DType::kI8:
+    case DType::kI4:
       return 1;
   }
   return 0;
@@ -58,6 +61,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "int32";
     case DType::kI8:
       return "int8";
+    case DType::kI4:
+      return "int4";
   }
   return "?";
 }
@@ -65,7 +70,7 @@ constexpr std::string_view dtype_name(DType t) {
 constexpr bool dtype_is_fp8(DType t) { return t == DType::kFP8E5M2 || t == DType::kFP8E4M3; }
 
 // Parses the names users type: fp32/float32, bf16/bfloat16, fp16/float16/half, fp8_e5m2, fp8_e4m3
-// (also e4m3fn spellings), int8 (KV only). Throws serve8::Error for anything else.
+// (also e4m3fn spellings), int8 and int4 (KV only). Throws serve8::Error for anything else.
 DType parse_dtype(std::string_view name);
 
 SERVE8_HD uint32_t f32_to_bits(float f) {

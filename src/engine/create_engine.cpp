@@ -32,10 +32,10 @@ DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   const DType t = parse_dtype(name);
   SERVE8_CHECK(t != DType::kF32 || backend.compute_dtype() == DType::kF32,
                "--kv-cache-dtype fp32 needs fp32 compute (--dtype float32, or the CPU backend)");
-  SERVE8_CHECK(t != DType::kI8 || backend.name() == "cpu",
-               "--kv-cache-dtype int8 runs on the CPU backend only so far (--device cpu); the {} kernels read bf16, "
+  SERVE8_CHECK(!kv_dtype_is_rotated(t) || backend.name() == "cpu",
+               "--kv-cache-dtype {} runs on the CPU backend only so far (--device cpu); the {} kernels read bf16, "
                "fp16 and FP8 pools",
-               backend.name());
+               dtype_name(t), backend.name());
   return t;
 }
 
@@ -63,9 +63,24 @@ int64_t pool_slots(const EngineArgs& args, const Backend& backend, size_t bytes_
 }
 
 // fp8_e4m3 scales: --quantization-param-path, else the checkpoint's, else 1.0 with a warning that
-// names what was looked for. Other KV dtypes store values as they are.
+// names what was looked for. int8 and int4 take only the file's K/V means (their rows carry their
+// own scales). Other KV dtypes store values as they are.
 KvScales resolve_kv_scales(const EngineArgs& args, const ModelConfig& mc, DType kv) {
-  const KvScales ones = KvScales::ones(mc.num_layers, mc.num_kv_heads);
+  KvScales ones = KvScales::ones(mc.num_layers, mc.num_kv_heads);
+  if (kv_dtype_is_rotated(kv) && !args.quantization_param_path.empty()) {
+    const KvScales s = read_kv_scales_json(args.quantization_param_path, mc.num_layers, mc.num_kv_heads, mc.head_dim);
+    if (s.k_mean.empty()) {
+      spdlog::warn(
+          "--quantization-param-path {} has no k_mean/v_mean (`serve8 calibrate` writes them): {} rows are "
+          "stored uncentred",
+          args.quantization_param_path, dtype_name(kv));
+    } else {
+      spdlog::info("{} KV rows centred on the K/V means of {}", dtype_name(kv), args.quantization_param_path);
+      ones.k_mean = s.k_mean;
+      ones.v_mean = s.v_mean;
+    }
+    return ones;
+  }
   if (kv != DType::kFP8E4M3) {
     if (!args.quantization_param_path.empty())
       spdlog::warn("--quantization-param-path {} is ignored: --kv-cache-dtype {} takes no scales",
@@ -148,9 +163,9 @@ void run_tp_node(const EngineArgs& args) {
   const int max_tokens = sc.max_prefill_tokens + sc.max_running_requests;
   const LoadOptions lo = load_options(args);
   GlooGroup gloo(gloo_options(args, ranks));
-  std::vector<std::unique_ptr<LlamaModel>> models =
-      load_tp_shards(lo, args.tp_size, ranks, backends, [&](const ModelConfig&) { return gloo.take_communicators(); },
-                     max_tokens, sc.max_running_requests);
+  std::vector<std::unique_ptr<LlamaModel>> models = load_tp_shards(
+      lo, args.tp_size, ranks, backends, [&](const ModelConfig&) { return gloo.take_communicators(); }, max_tokens,
+      sc.max_running_requests);
   const ModelConfig& mc = models[0]->config();
   KvCacheConfig kc;
   kc.num_layers = mc.num_layers;

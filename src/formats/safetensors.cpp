@@ -87,6 +87,7 @@ void convert_from(const uint8_t* src, uint8_t* dst, DType to, int64_t n) {
     case DType::kFP8E4M3:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   fail("cannot convert weights to {} (serve8 converts between fp32, bf16 and fp16)", dtype_name(to));
@@ -140,6 +141,7 @@ std::string safetensors_dtype_name(DType t) {
     case DType::kFP8E4M3:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   fail("serve8 writes safetensors in F32, BF16 or F16, not {}", dtype_name(t));
@@ -161,6 +163,7 @@ void convert_elements(const void* src, DType from, void* dst, DType to, size_t n
     case DType::kFP8E4M3:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   fail("cannot convert weights from {} (serve8 converts between fp32, bf16 and fp16)", dtype_name(from));
@@ -273,8 +276,9 @@ const SafetensorsTensor& SafetensorsFile::tensor(const std::string& name) const 
 
 DType SafetensorsFile::dtype(const SafetensorsTensor& t) const {
   const std::optional<DType> d = safetensors_dtype(t.dtype);
-  SERVE8_CHECK(d.has_value(), "{}: tensor '{}' has dtype {}, which serve8 cannot read (it reads F32, BF16, F16 and F8_E4M3)",
-               path_, t.name, t.dtype);
+  SERVE8_CHECK(d.has_value(),
+               "{}: tensor '{}' has dtype {}, which serve8 cannot read (it reads F32, BF16, F16 and F8_E4M3)", path_,
+               t.name, t.dtype);
   return *d;
 }
 

@@ -91,6 +91,7 @@ std::string torch_dtype_name(DType t) {
     case DType::kFP8E4M3:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   fail("config.json: a model's dtype cannot be {}", dtype_name(t));

@@ -42,9 +42,34 @@ void read_layer_map(const Json& m, const std::string& where, int layers, int hea
   }
 }
 
+// Fills out[(layer * heads + h) * head_dim + c] from {"<layer>": [[head_dim values] per head]}.
+void read_mean_map(const Json& m, const std::string& where, int layers, int heads, int head_dim,
+                   std::vector<float>& out) {
+  SERVE8_CHECK(m.is_object() && static_cast<int>(m.size()) == layers,
+               "{} must be an object of {} layers -> [[{} values] per KV head]", where, layers, head_dim);
+  out.assign(static_cast<size_t>(layers) * static_cast<size_t>(heads) * static_cast<size_t>(head_dim), 0.0f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string key = std::to_string(l);
+    SERVE8_CHECK(m.contains(key) && m[key].is_array() && static_cast<int>(m[key].size()) == heads,
+                 "{}[\"{}\"] must hold {} KV heads", where, key, heads);
+    for (int h = 0; h < heads; ++h) {
+      const Json& row = m[key][static_cast<size_t>(h)];
+      SERVE8_CHECK(row.is_array() && static_cast<int>(row.size()) == head_dim, "{}[\"{}\"][{}] must hold {} values",
+                   where, key, h, head_dim);
+      for (int c = 0; c < head_dim; ++c) {
+        const Json& x = row[static_cast<size_t>(c)];
+        SERVE8_CHECK(x.is_number() && std::isfinite(x.get<double>()), "{}[\"{}\"][{}][{}] is {}", where, key, h, c,
+                     x.dump());
+        out[(static_cast<size_t>(l * heads + h)) * static_cast<size_t>(head_dim) + static_cast<size_t>(c)] =
+            x.get<float>();
+      }
+    }
+  }
+}
+
 }  // namespace
 
-KvScales read_kv_scales_json(const std::string& path, int num_layers, int num_kv_heads) {
+KvScales read_kv_scales_json(const std::string& path, int num_layers, int num_kv_heads, int head_dim) {
   std::ifstream in(path);
   SERVE8_CHECK(in.good(), "--quantization-param-path {}: cannot read the file", path);
   Json j;
@@ -60,6 +85,10 @@ KvScales read_kv_scales_json(const std::string& path, int num_layers, int num_kv
   SERVE8_CHECK(dtype == "float8_e4m3fn" || dtype == "float8_e4m3" || dtype == "fp8_e4m3",
                "{}: kv_cache.dtype is \"{}\", expected \"float8_e4m3fn\"", path, dtype);
   KvScales s = KvScales::ones(num_layers, num_kv_heads);
+  if (head_dim > 0 && kv.contains("k_mean") && kv.contains("v_mean")) {
+    read_mean_map(kv["k_mean"], path + ": kv_cache.k_mean", num_layers, num_kv_heads, head_dim, s.k_mean);
+    read_mean_map(kv["v_mean"], path + ": kv_cache.v_mean", num_layers, num_kv_heads, head_dim, s.v_mean);
+  }
   const bool per_tensor = kv.contains("k_scale") || kv.contains("v_scale");
   if (per_tensor) {
     SERVE8_CHECK(kv.contains("k_scale") && kv.contains("v_scale"), "{}: kv_cache has only one of k_scale and v_scale",
@@ -95,10 +124,25 @@ void write_kv_scales_json(const std::string& path, const KvScales& scales, int n
     k[key] = per_head ? hk : Json(mk);
     v[key] = per_head ? hv : Json(mv);
   }
-  const Json j = {
-      {"kv_cache",
-       {{"dtype", "float8_e4m3fn"}, {"scaling_factor", {{"0", per_layer}}}, {"k_scale", k}, {"v_scale", v}}},
-      {"calibration", note}};
+  Json j = {{"kv_cache",
+             {{"dtype", "float8_e4m3fn"}, {"scaling_factor", {{"0", per_layer}}}, {"k_scale", k}, {"v_scale", v}}},
+            {"calibration", note}};
+  const size_t n = static_cast<size_t>(num_layers) * static_cast<size_t>(num_kv_heads);
+  if (!scales.k_mean.empty() && scales.k_mean.size() == scales.v_mean.size() && scales.k_mean.size() % n == 0) {
+    const size_t d = scales.k_mean.size() / n;
+    for (const auto& [name, src] : {std::pair{"k_mean", &scales.k_mean}, std::pair{"v_mean", &scales.v_mean}}) {
+      Json m = Json::object();
+      for (int l = 0; l < num_layers; ++l) {
+        Json heads = Json::array();
+        for (int h = 0; h < num_kv_heads; ++h) {
+          const auto at = src->begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(l * num_kv_heads + h) * d);
+          heads.push_back(std::vector<float>(at, at + static_cast<std::ptrdiff_t>(d)));
+        }
+        m[std::to_string(l)] = heads;
+      }
+      j["kv_cache"][name] = m;
+    }
+  }
   std::ofstream out(path);
   SERVE8_CHECK(out.good(), "cannot write {}", path);
   out << j.dump(1) << "\n";

@@ -15,11 +15,14 @@ namespace serve8 {
 // per layer for K and V alike (the outer key is the tensor-parallel rank; serve8 reads rank 0).
 // serve8's extension, which takes precedence: "k_scale" / "v_scale": {"<layer>": s or [s per KV
 // head]}. Throws serve8::Error naming the file and the field when the file does not fit the model
-// (layer count, head count, dtype, non-positive or non-finite scales).
-KvScales read_kv_scales_json(const std::string& path, int num_layers, int num_kv_heads);
+// (layer count, head count, dtype, non-positive or non-finite scales). With head_dim > 0, also
+// serve8's "k_mean" / "v_mean": {"<layer>": [[head_dim values] per KV head]}, the means int8 and
+// int4 pools store rows against (KvScales::k_mean), when the file has them.
+KvScales read_kv_scales_json(const std::string& path, int num_layers, int num_kv_heads, int head_dim = 0);
 
 // Writes the format above: scaling_factor = max(K, V) per layer, and k_scale / v_scale per layer
-// (per_head: one per KV head; else the layer's scalar). `note` goes under "calibration".
+// (per_head: one per KV head; else the layer's scalar), and the means when scales has them. `note`
+// goes under "calibration".
 void write_kv_scales_json(const std::string& path, const KvScales& scales, int num_layers, int num_kv_heads,
                           bool per_head, const std::string& note);
 

@@ -119,6 +119,11 @@ KvScales shard_kv_scales(const KvScales& scales, const ModelConfig& c, const TpS
                  scales.k.begin() + static_cast<std::ptrdiff_t>(end));
     out.v.insert(out.v.end(), scales.v.begin() + static_cast<std::ptrdiff_t>(begin),
                  scales.v.begin() + static_cast<std::ptrdiff_t>(end));
+    const auto d = static_cast<std::ptrdiff_t>(c.head_dim);
+    for (auto [src, dst] : {std::pair{&scales.k_mean, &out.k_mean}, std::pair{&scales.v_mean, &out.v_mean}})
+      if (!src->empty())
+        dst->insert(dst->end(), src->begin() + static_cast<std::ptrdiff_t>(begin) * d,
+                    src->begin() + static_cast<std::ptrdiff_t>(end) * d);
   }
   return out;
 }

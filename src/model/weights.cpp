@@ -353,6 +353,7 @@ LlamaWeights dummy_llama_weights(const ModelConfig& config, Backend& backend, ui
         case DType::kFP8E4M3:
         case DType::kI32:
         case DType::kI8:
+        case DType::kI4:
           fail("dummy weights in {}", dtype_name(cdt));
       }
       backend.copy_to_device(static_cast<uint8_t*>(buf.data()) + static_cast<size_t>(begin) * esize, staging.get(),

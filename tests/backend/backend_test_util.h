@@ -58,6 +58,7 @@ struct HostArray {
         return;
       case DType::kI32:
       case DType::kI8:
+      case DType::kI4:
         reinterpret_cast<int32_t*>(bytes.data())[i] = static_cast<int32_t>(x);
         return;
     }
@@ -91,6 +92,8 @@ struct HostArray {
         return e4m3_to_f32(*p);
       case DType::kI8:
         return static_cast<float>(static_cast<int8_t>(*p));  // before its row's scale
+      case DType::kI4:
+        return static_cast<float>(*p);  // a byte of two codes: the attention tests decode int4 themselves
       case DType::kI32: {
         int32_t i;
         std::memcpy(&i, p, 4);

@@ -24,9 +24,9 @@ using test::Rng;
 using test::view_of;
 
 constexpr DType kKvDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3};
-// Attention reads every one of them, and int8 with its rows' scales.
-constexpr DType kAttentionKvDTypes[] = {DType::kF32,     DType::kBF16,     DType::kF16,
-                                        DType::kFP8E5M2, DType::kFP8E4M3, DType::kI8};
+// Attention reads every one of them, and int8 and int4 with their rows' scales.
+constexpr DType kAttentionKvDTypes[] = {DType::kF32,     DType::kBF16, DType::kF16, DType::kFP8E5M2,
+                                        DType::kFP8E4M3, DType::kI8,   DType::kI4};
 
 // The stored value of pool element i, decoded but not scaled.
 float stored(const Tensor& pool, int64_t i) {
@@ -39,25 +39,54 @@ double hadamard_entry(int64_t i, int64_t j, int64_t n) {
   return (std::popcount(static_cast<uint64_t>(i & j)) % 2 ? -1.0 : 1.0) / std::sqrt(static_cast<double>(n));
 }
 
-// The row of head_dim d at pool element `base`, as the values it stands for: decoded and scaled,
-// and for int8 with its row's scale and the rotation undone.
+// The int4 code of logical element i of a pool: element 2j in byte j's low nibble, 2j + 1 in its high.
+int int4_code(const Tensor& pool, int64_t i) {
+  const uint8_t b = static_cast<const uint8_t*>(pool.data)[i / 2];
+  return i % 2 ? b >> 4 : b & 15;
+}
+
+// The row of head_dim d at logical pool element `base`, before the head's scale and mean: decoded,
+// and for int8 / int4 with its row's scale (and minimum) and the rotation undone.
 std::vector<double> stored_row(const Tensor& pool, const Tensor& row_scale, int64_t base, int64_t d) {
   std::vector<double> r(static_cast<size_t>(d));
-  for (int64_t e = 0; e < d; ++e) r[static_cast<size_t>(e)] = stored(pool, base + e);
-  if (pool.dtype != DType::kI8) return r;
-  const double scale = row_scale.ptr<const float>()[base / d];
+  if (pool.dtype == DType::kI4) {
+    const uint16_t* p = row_scale.ptr<const uint16_t>() + 2 * (base / d);
+    for (int64_t e = 0; e < d; ++e)
+      r[static_cast<size_t>(e)] = f16_to_f32(p[1]) + int4_code(pool, base + e) * double{f16_to_f32(p[0])};
+  } else {
+    for (int64_t e = 0; e < d; ++e) r[static_cast<size_t>(e)] = stored(pool, base + e);
+  }
+  if (!kv_dtype_is_rotated(pool.dtype)) return r;
+  const double scale = pool.dtype == DType::kI8 ? row_scale.ptr<const float>()[base / d] : 1.0;
   std::vector<double> x(static_cast<size_t>(d), 0.0);
   for (int64_t i = 0; i < d; ++i)
-    for (int64_t j = 0; j < d; ++j) x[static_cast<size_t>(i)] += hadamard_entry(i, j, d) * r[static_cast<size_t>(j)] * scale;
+    for (int64_t j = 0; j < d; ++j)
+      x[static_cast<size_t>(i)] += hadamard_entry(i, j, d) * r[static_cast<size_t>(j)] * scale;
   return x;
 }
 
-KvScales random_scales(Rng& rng, int layers, int heads) {
+// The value a K or V row stands for: stored_row times the head's scale, plus the head's mean.
+std::vector<double> row_value(const KvLayer& l, bool is_v, int64_t slot, int64_t head, int64_t d) {
+  const int64_t heads = l.k_scale.dim(0);
+  std::vector<double> x =
+      stored_row(is_v ? l.v : l.k, is_v ? l.v_row_scale : l.k_row_scale, (slot * heads + head) * d, d);
+  const double s = (is_v ? l.v_scale : l.k_scale).ptr<const float>()[head];
+  const Tensor& mean = is_v ? l.v_mean : l.k_mean;
+  for (int64_t e = 0; e < d; ++e)
+    x[static_cast<size_t>(e)] =
+        x[static_cast<size_t>(e)] * s + (mean.data ? mean.ptr<const float>()[head * d + e] : 0.0);
+  return x;
+}
+
+// means: also a K and V mean per head of width head_dim (what int8 / int4 rows centre on).
+KvScales random_scales(Rng& rng, int layers, int heads, int head_dim = 0) {
   KvScales s;
   for (int i = 0; i < layers * heads; ++i) {
     s.k.push_back(rng.uniform(0.25f, 4.0f));
     s.v.push_back(rng.uniform(0.25f, 4.0f));
   }
+  s.k_mean = rng.normals(static_cast<size_t>(layers * heads * head_dim), 3.0f);
+  s.v_mean = rng.normals(static_cast<size_t>(layers * heads * head_dim), 1.0f);
   return s;
 }
 
@@ -249,16 +278,81 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
   EXPECT_THROW(be->create_kv_cache({1, 2, 12, DType::kI8, 8}, KvScales::ones(1, 2)), Error);
 }
 
+// int4 rows: value - head mean, over the head scale, rotated by H, as 16 codes between the row's fp16
+// minimum and minimum + 15 steps; each code the nearest, and the row's squared error no more than
+// with the full range (the store only narrows it where that helps).
+TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
+  auto be = create_cpu_backend();
+  Rng rng(13);
+  const int64_t t = 6, heads = 2, d = 32, slots = 16;
+  const KvScales scales = random_scales(rng, 1, static_cast<int>(heads), static_cast<int>(d));
+  auto cache = be->create_kv_cache({1, static_cast<int>(heads), static_cast<int>(d), DType::kI4, slots}, scales);
+  EXPECT_EQ(cache->config().bytes_per_token(), size_t{2 * heads * (d / 2 + 4)});
+  const KvLayer l = cache->layer(0);
+  EXPECT_EQ(l.k.shape_str(), "[16, 2, 16]");
+  std::vector<float> vals = rng.normals(static_cast<size_t>(2 * t * heads * d), 3.0f);
+  for (int64_t i = 0; i < d; ++i)
+    vals[static_cast<size_t>(i)] = scales.k_mean[static_cast<size_t>(i)];                      // the mean itself
+  for (int64_t i = 0; i < d; ++i) vals[static_cast<size_t>((1 * heads + 1) * d + i)] *= 1e3f;  // a wide row
+  std::vector<float> kv(vals.begin(), vals.begin() + t * heads * d), vv(vals.begin() + t * heads * d, vals.end());
+  const std::vector<int32_t> out_slots = {3, 15, 1, 8, 4, 11};
+  be->kv_store(view_of(kv, {t, heads, d}), view_of(vv, {t, heads, d}), be->upload_batch(store_batch(out_slots), *cache),
+               l);
+  for (const bool is_v : {false, true}) {
+    const std::vector<float>& src = is_v ? vv : kv;
+    const Tensor& pool = is_v ? l.v : l.k;
+    const uint16_t* params = (is_v ? l.v_row_scale : l.k_row_scale).ptr<const uint16_t>();
+    const std::vector<float>& mean = is_v ? scales.v_mean : scales.k_mean;
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
+        const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
+        std::vector<double> x(static_cast<size_t>(d), 0.0);
+        for (int64_t r = 0; r < d; ++r)
+          for (int64_t c = 0; c < d; ++c)
+            x[static_cast<size_t>(r)] +=
+                hadamard_entry(r, c, d) *
+                (src[static_cast<size_t>((i * heads + h) * d + c)] - mean[static_cast<size_t>(h * d + c)]) / layer;
+        const double s = f16_to_f32(params[2 * at]), lo = f16_to_f32(params[2 * at + 1]);
+        const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
+        const double range = *mx - *mn;
+        if (range < 1e-3) {  // the row that was its head's mean: nothing left to quantize
+          EXPECT_LT(std::abs(lo), 1e-3) << "token " << i << " head " << h;
+          continue;
+        }
+        // The range kept lies within the row's, trimmed by at most a fifth at each end.
+        EXPECT_GE(lo, *mn - 1e-3 * range);
+        EXPECT_LE(lo + 15 * s, *mx + 1e-3 * range);
+        EXPECT_GE(15 * s, 0.55 * range);
+        double err = 0, full_err = 0;
+        const double fs = range / 15;
+        for (int64_t e = 0; e < d; ++e) {
+          const double xe = x[static_cast<size_t>(e)];
+          const int code = int4_code(pool, at * d + e);
+          const int nearest = static_cast<int>(std::clamp(std::nearbyint((xe - lo) / s), 0.0, 15.0));
+          EXPECT_LE(std::abs(code - nearest), xe - lo == (nearest - 0.5) * s ? 1 : 0) << "element " << e;
+          err += std::pow(lo + code * s - xe, 2);
+          full_err += std::pow(*mn + std::clamp(std::nearbyint((xe - *mn) / fs), 0.0, 15.0) * fs - xe, 2);
+        }
+        EXPECT_LE(err, full_err * 1.01 + 1e-9 * range * range) << "token " << i << " head " << h;
+      }
+    }
+  }
+  // The rotation needs a power-of-two head width.
+  EXPECT_THROW(be->create_kv_cache({1, 2, 24, DType::kI4, 8}, KvScales::ones(1, 2)), Error);
+}
+
 TEST(CpuKvStoreTest, RejectsBadSlotsAndShapes) {
   auto be = create_cpu_backend();
   auto cache = be->create_kv_cache({1, 2, 8, DType::kFP8E4M3, 4}, KvScales::ones(1, 2));
   std::vector<float> k(2 * 2 * 8), v(2 * 2 * 8);
   const ForwardBatch bad = store_batch({1, 4});
-  EXPECT_THROW(be->kv_store(view_of(k, {2, 2, 8}), view_of(v, {2, 2, 8}), be->upload_batch(bad, *cache), cache->layer(0)),
-               Error);
+  EXPECT_THROW(
+      be->kv_store(view_of(k, {2, 2, 8}), view_of(v, {2, 2, 8}), be->upload_batch(bad, *cache), cache->layer(0)),
+      Error);
   const ForwardBatch ok = store_batch({1, 3});
-  EXPECT_THROW(be->kv_store(view_of(k, {2, 4, 4}), view_of(v, {2, 2, 8}), be->upload_batch(ok, *cache), cache->layer(0)),
-               Error);
+  EXPECT_THROW(
+      be->kv_store(view_of(k, {2, 4, 4}), view_of(v, {2, 2, 8}), be->upload_batch(ok, *cache), cache->layer(0)), Error);
 }
 
 // (q_len, kv_len) of each sequence: decode, extend over a cached prefix, full prefill, a
@@ -290,7 +384,8 @@ AttentionSetup fill_pool(Backend& be, KvCache& cache, const KvLayer& l, Rng& rng
   size_t next = 0;
   int32_t row = 0;
   for (const auto& [q_len, kv_len] : kSeqs) {
-    std::vector<int32_t> slots(perm.begin() + static_cast<int64_t>(next), perm.begin() + static_cast<int64_t>(next) + kv_len);
+    std::vector<int32_t> slots(perm.begin() + static_cast<int64_t>(next),
+                               perm.begin() + static_cast<int64_t>(next) + kv_len);
     next += static_cast<size_t>(kv_len);
     s.kv_slots.insert(s.kv_slots.end(), slots.begin(), slots.end());
     const int prefix = kv_len - q_len;
@@ -318,23 +413,22 @@ std::vector<double> attention_ref(const std::vector<float>& q, const KvLayer& l,
       const int n = kv_len - q_len + i + 1;
       for (int64_t h = 0; h < hq; ++h) {
         const int64_t g = h / group;
-        const double ks = l.k_scale.ptr<float>()[g], vs = l.v_scale.ptr<float>()[g];
         std::vector<double> p(static_cast<size_t>(n));
         for (int j = 0; j < n; ++j) {
-          const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
-          const std::vector<double> k = stored_row(l.k, l.k_row_scale, base, d);
+          const std::vector<double> k = row_value(l, false, s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)], g, d);
           double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += q[static_cast<size_t>((t * hq + h) * d + e)] * k[static_cast<size_t>(e)] * ks;
+          for (int64_t e = 0; e < d; ++e)
+            dot += q[static_cast<size_t>((t * hq + h) * d + e)] * k[static_cast<size_t>(e)];
           p[static_cast<size_t>(j)] = dot * softmax_scale;
         }
         const double m = *std::max_element(p.begin(), p.end());
         double sum = 0;
         for (double& x : p) sum += (x = std::exp(x - m));
         for (int j = 0; j < n; ++j) {
-          const int64_t base = (s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)] * hkv + g) * d;
-          const std::vector<double> v = stored_row(l.v, l.v_row_scale, base, d);
+          const std::vector<double> v = row_value(l, true, s.kv_slots[static_cast<size_t>(fb.kv_indptr[b] + j)], g, d);
           for (int64_t e = 0; e < d; ++e)
-            out[static_cast<size_t>((t * hq + h) * d + e)] += p[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(e)] * vs;
+            out[static_cast<size_t>((t * hq + h) * d + e)] +=
+                p[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(e)];
         }
       }
     }
@@ -349,7 +443,10 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   const int64_t hkv = 2, hq = hkv * group, d = head_dim, num_slots = 200;
   auto be = create_cpu_backend();
   Rng rng(static_cast<uint64_t>(group * 1000 + head_dim * 10 + static_cast<int>(kv_t)));
-  auto cache = be->create_kv_cache({2, static_cast<int>(hkv), head_dim, kv_t, num_slots}, random_scales(rng, 2, 2));
+  // The rotated formats centre rows on means: the reference adds them back, so a K mean must leave
+  // softmax as it is and a V mean come back in the output.
+  auto cache = be->create_kv_cache({2, static_cast<int>(hkv), head_dim, kv_t, num_slots},
+                                   random_scales(rng, 2, 2, kv_dtype_is_rotated(kv_t) ? head_dim : 0));
   const KvLayer l = cache->layer(1);
   AttentionSetup s = fill_pool(*be, *cache, l, rng, hq, hkv, d, num_slots);
   const auto t = static_cast<int64_t>(s.step.tokens.size());
@@ -362,7 +459,7 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   std::string name = "cpu_group" + std::to_string(group);
   name += "_d" + std::to_string(head_dim);
   name += "_" + std::string(dtype_name(kv_t));
-  if (kv_t != DType::kI8)  // the dump's readers know the pool formats without row scales
+  if (!kv_dtype_is_rotated(kv_t))  // the dump's readers know the pool formats without row scales
     test::dump_attention_case(*be, name + "_qf32", view_of(s.q, {t, hq, d}), l, batch, softmax_scale,
                               view_of(out, {t, hq, d}));
   const std::vector<double> want = attention_ref(s.q, l, s, hq, hkv, d, softmax_scale);
@@ -383,9 +480,8 @@ TEST_P(CpuAttentionTest, RaggedBatchMatchesReference) {
   // bf16 queries and output: the reference sees the same rounded queries; one bf16 rounding apart.
   HostArray qb(DType::kBF16, s.q), ob(DType::kBF16, s.q.size());
   be->attention(qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
-  if (kv_t != DType::kI8)
-    test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, batch, softmax_scale,
-                              ob.view({t, hq, d}));
+  if (!kv_dtype_is_rotated(kv_t))
+    test::dump_attention_case(*be, name + "_qbf16", qb.view({t, hq, d}), l, batch, softmax_scale, ob.view({t, hq, d}));
   const std::vector<double> want_b = attention_ref(qb.values(), l, s, hq, hkv, d, softmax_scale);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_NEAR(ob.get(i), want_b[i], std::max(1.0, std::abs(want_b[i])) / 128) << "element " << i;
@@ -412,9 +508,9 @@ TEST(CpuAttentionErrors, RejectsMismatches) {
   EXPECT_THROW(be->attention(view_of(q, {3, 5, 8}), cache->layer(0), batch, 0.3f, view_of(out, {3, 5, 8})), Error);
   EXPECT_THROW(be->attention(view_of(q, {3, 12, 4}), cache->layer(0), batch, 0.3f, view_of(out, {3, 12, 4})), Error);
   fb.new_slots[1] = 16;  // outside the pool
-  EXPECT_THROW(
-      be->attention(view_of(q, {3, 6, 8}), cache->layer(0), be->upload_batch(fb, *cache), 0.3f, view_of(out, {3, 6, 8})),
-      Error);
+  EXPECT_THROW(be->attention(view_of(q, {3, 6, 8}), cache->layer(0), be->upload_batch(fb, *cache), 0.3f,
+                             view_of(out, {3, 6, 8})),
+               Error);
 }
 
 }  // namespace

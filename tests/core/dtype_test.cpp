@@ -104,7 +104,10 @@ TEST(DType, ParsesNamesUsersType) {
   EXPECT_EQ(parse_dtype("fp8_e5m2"), DType::kFP8E5M2);
   EXPECT_EQ(parse_dtype("fp8_e4m3"), DType::kFP8E4M3);
   EXPECT_EQ(parse_dtype("float8_e4m3fn"), DType::kFP8E4M3);
-  EXPECT_THROW(parse_dtype("int4"), Error);
+  EXPECT_EQ(parse_dtype("int8"), DType::kI8);
+  EXPECT_EQ(parse_dtype("int4"), DType::kI4);
+  EXPECT_THROW(parse_dtype("int2"), Error);
+  EXPECT_THROW(parse_dtype("fp4"), Error);
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ TEST_P(BatchInvariance, SixtyFourConcurrentEqualAlone) {
   expect_all_slots_free(*alone);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvDtypes, BatchInvariance, ::testing::Values("fp32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3", "int8"));
+INSTANTIATE_TEST_SUITE_P(KvDtypes, BatchInvariance,
+                         ::testing::Values("fp32", "bf16", "fp16", "fp8_e5m2", "fp8_e4m3", "int8", "int4"));
 
 TEST(Scheduler, PrefixHitSkipsPrefillAndKeepsOutput) {
   auto prompts = random_prompts(1, 40, 40, 11);

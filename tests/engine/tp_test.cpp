@@ -115,7 +115,8 @@ TEST_P(TensorParallelKv, Tp2MatchesTp1) {
 INSTANTIATE_TEST_SUITE_P(KvDtypes, TensorParallelKv,
                          ::testing::Values(KvCase{"fp32", true, 1e-4f}, KvCase{"bf16", true, 6e-2f},
                                            KvCase{"fp16", true, 1e-2f}, KvCase{"fp8_e5m2", false, 0.3f},
-                                           KvCase{"fp8_e4m3", true, 0.15f}, KvCase{"int8", true, 1e-2f}),
+                                           KvCase{"fp8_e4m3", true, 0.15f}, KvCase{"int8", true, 1e-2f},
+                                           KvCase{"int4", true, 1e-2f}),
                          [](const auto& info) { return info.param.dtype; });
 
 TEST(TensorParallel, RadixCacheAndChunkedPrefillAtTp2) {

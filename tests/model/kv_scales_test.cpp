@@ -81,6 +81,27 @@ TEST(KvScalesJson, WriteThenReadRoundTrips) {
   EXPECT_EQ(l.v, (std::vector<float>{0.6f, 0.6f, 0.8f, 0.8f}));
 }
 
+// The K/V means of int8/int4 pools: written beside the scales, read only when head_dim is given,
+// and a file whose means do not fit the model is refused by field.
+TEST(KvScalesJson, MeansRoundTripAndMismatchesAreNamed) {
+  TempDir dir;
+  KvScales s = KvScales::ones(2, 2);
+  for (int i = 0; i < 2 * 2 * 3; ++i) {
+    s.k_mean.push_back(0.5f * static_cast<float>(i) - 2.0f);
+    s.v_mean.push_back(-0.25f * static_cast<float>(i));
+  }
+  write_kv_scales_json(dir.file("m.json"), s, 2, 2, true, "test");
+  const KvScales m = read_kv_scales_json(dir.file("m.json"), 2, 2, 3);
+  EXPECT_EQ(m.k_mean, s.k_mean);
+  EXPECT_EQ(m.v_mean, s.v_mean);
+  EXPECT_TRUE(read_kv_scales_json(dir.file("m.json"), 2, 2).k_mean.empty());
+  const std::string msg = error_of([&] { read_kv_scales_json(dir.file("m.json"), 2, 2, 4); });
+  EXPECT_NE(msg.find("kv_cache.k_mean[\"0\"][0] must hold 4 values"), std::string::npos) << msg;
+  const std::string p = write(dir, "bad.json", R"({"kv_cache": {"dtype": "float8_e4m3fn",
+      "scaling_factor": {"0": {"0": 1}}, "k_mean": {"0": [[1, 2]]}, "v_mean": {"0": [[1, "x"]]}}})");
+  EXPECT_NE(error_of([&] { read_kv_scales_json(p, 1, 1, 2); }).find("kv_cache.v_mean[\"0\"][0][1]"), std::string::npos);
+}
+
 void write_scale_tensor(SafetensorsWriter& w, const std::string& name, std::vector<float>* values) {
   w.add(name, DType::kF32, values->size() == 1 ? std::vector<int64_t>{} : std::vector<int64_t>{int64_t(values->size())},
         values->data());

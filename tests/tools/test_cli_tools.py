@@ -176,6 +176,25 @@ def test_engine_reads_scales_and_rejects_a_mismatch(stories, tmp_path):
     assert "s.json" in bad.stderr and "layers" in bad.stderr
 
 
+def test_calibrate_writes_means_that_int4_rows_centre_on(stories, tmp_path):
+    cfg = json.load(open(stories / "config.json"))
+    layers, heads = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+    d = cfg["hidden_size"] // cfg["num_attention_heads"]
+    kv = calibrate(stories, tmp_path, "s.json")
+    for which in ("k_mean", "v_mean"):
+        assert sorted(kv[which], key=int) == [str(i) for i in range(layers)]
+        assert all(len(kv[which][l]) == heads and all(len(h) == d for h in kv[which][l]) for l in kv[which])
+    # K rows after RoPE are far from zero-mean somewhere: the means are not all zero.
+    assert max(abs(x) for l in kv["k_mean"].values() for h in l for x in h) > 1e-3
+    base = [BIN, "generate", "--device", "cpu", "--model-path", str(stories), "--prompt-ids", "1 2 3",
+            "--max-new-tokens", "2", "--output-ids", "--kv-cache-dtype", "int4"]
+    ok = subprocess.run(base + ["--quantization-param-path", str(tmp_path / "s.json")], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "int4 KV rows centred on the K/V means of " + str(tmp_path / "s.json") in ok.stderr + ok.stdout
+    plain = subprocess.run(base, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr
+
+
 def eval_kld(stories, tmp_path, kv, ids_text, *args):
     (tmp_path / "docs.txt").write_text(ids_text)
     out = tmp_path / f"kld_{kv}.jsonl"

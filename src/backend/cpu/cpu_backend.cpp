@@ -56,6 +56,7 @@ bool kv_dtype_supported(DType t) {
     case DType::kFP8E5M2:
     case DType::kFP8E4M3:
     case DType::kI8:
+    case DType::kI4:
       return true;
     case DType::kI32:
       return false;
@@ -67,22 +68,25 @@ class CpuKvCache final : public KvCache {
  public:
   CpuKvCache(const KvCacheConfig& config, const KvScales& scales) : config_(config) {
     SERVE8_CHECK(kv_dtype_supported(config.dtype),
-                 "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)",
+                 "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3, int8 or "
+                 "int4)",
                  dtype_name(config.dtype));
     check_kv_cache_args(config, scales);
-    SERVE8_CHECK(config.dtype != DType::kI8 || (config.head_dim & (config.head_dim - 1)) == 0,
-                 "kv cache: int8 rotates each head by a Walsh-Hadamard transform, which needs a power-of-two "
+    rotated_ = kv_dtype_is_rotated(config.dtype);
+    SERVE8_CHECK(!rotated_ || (config.head_dim & (config.head_dim - 1)) == 0,
+                 "kv cache: {} rotates each head by a Walsh-Hadamard transform, which needs a power-of-two "
                  "head_dim (this model's is {})",
-                 config.head_dim);
-    scales_ = scales;
-    const size_t layer_bytes = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) *
-                               static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
-    const size_t row_scale_bytes =
-        static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads) * sizeof(float);
+                 dtype_name(config.dtype), config.head_dim);
+    set_scales(scales);
+    const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
+    const size_t layer_bytes =
+        rows * (config.dtype == DType::kI4 ? static_cast<size_t>(config.head_dim) / 2
+                                           : static_cast<size_t>(config.head_dim) * dtype_size(config.dtype));
+    const size_t row_scale_bytes = rows * 4;  // int8: an fp32 scale; int4: an fp16 scale and minimum
     for (int i = 0; i < config.num_layers; ++i) {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
       v_.emplace_back(host_alloc_zeroed(layer_bytes));
-      if (config.dtype == DType::kI8) {
+      if (rotated_) {
         k_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
         v_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
       }
@@ -95,7 +99,8 @@ class CpuKvCache final : public KvCache {
 
   const KvCacheConfig& config() const override { return config_; }
   Tensor req_to_token() const override {
-    return Tensor(const_cast<int32_t*>(table_.data()), DType::kI32, {config_.max_requests + 1, config_.max_context_len});
+    return Tensor(const_cast<int32_t*>(table_.data()), DType::kI32,
+                  {config_.max_requests + 1, config_.max_context_len});
   }
 
   KvLayer layer(int i) const override {
@@ -105,29 +110,53 @@ class CpuKvCache final : public KvCache {
     const int64_t heads = config_.num_kv_heads;
     const size_t off = li * static_cast<size_t>(heads);
     KvLayer l;
-    l.k = Tensor(k_[li].get(), config_.dtype, {config_.num_slots, heads, config_.head_dim});
-    l.v = Tensor(v_[li].get(), config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    const int64_t width = config_.dtype == DType::kI4 ? config_.head_dim / 2 : config_.head_dim;
+    l.k = Tensor(k_[li].get(), config_.dtype, {config_.num_slots, heads, width});
+    l.v = Tensor(v_[li].get(), config_.dtype, {config_.num_slots, heads, width});
     // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
     if (config_.dtype == DType::kI8) {
       l.k_row_scale = Tensor(k_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
       l.v_row_scale = Tensor(v_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
+    } else if (config_.dtype == DType::kI4) {
+      l.k_row_scale = Tensor(k_rows_[li].get(), DType::kF16, {config_.num_slots, heads, 2});
+      l.v_row_scale = Tensor(v_rows_[li].get(), DType::kF16, {config_.num_slots, heads, 2});
+    }
+    if (rotated_) {
+      const size_t at = off * static_cast<size_t>(config_.head_dim);
+      l.k_mean = Tensor(const_cast<float*>(scales_.k_mean.data() + at), DType::kF32, {heads, config_.head_dim});
+      l.v_mean = Tensor(const_cast<float*>(scales_.v_mean.data() + at), DType::kF32, {heads, config_.head_dim});
     }
     return l;
   }
 
   void set_scales(const KvScales& scales) override {
     check_kv_cache_args(config_, scales);
+    // In place (sized on first use), so that held KvLayer views see the new values.
+    const size_t means = rotated_ ? scales.k.size() * static_cast<size_t>(config_.head_dim) : 0;
+    if (scales_.k.empty()) {
+      scales_.k.resize(scales.k.size());
+      scales_.v.resize(scales.v.size());
+      scales_.k_mean.resize(means);
+      scales_.v_mean.resize(means);
+    }
     std::copy(scales.k.begin(), scales.k.end(), scales_.k.begin());
     std::copy(scales.v.begin(), scales.v.end(), scales_.v.begin());
+    for (auto [src, dst] : {std::pair{&scales.k_mean, &scales_.k_mean}, std::pair{&scales.v_mean, &scales_.v_mean}}) {
+      if (src->empty() || !rotated_)
+        std::fill(dst->begin(), dst->end(), 0.0f);
+      else
+        std::copy(src->begin(), src->end(), dst->begin());
+    }
   }
 
  private:
   KvCacheConfig config_;
   KvScales scales_;
   std::vector<HostBytes> k_, v_;
-  std::vector<HostBytes> k_rows_, v_rows_;  // int8: each row's scale
+  std::vector<HostBytes> k_rows_, v_rows_;  // int8 and int4: each row's scale (and minimum)
+  bool rotated_ = false;
   std::vector<int32_t> table_;
 };
 
@@ -275,14 +304,15 @@ class CpuBackend final : public Backend {
   void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) override {
     cpu::mask_logits(logits, rows, allowed);
   }
-  std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows, std::span<const int32_t> chosen,
-                                    int top_n) override {
+  std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
+                                    std::span<const int32_t> chosen, int top_n) override {
     SERVE8_CHECK(logits.dtype == DType::kF32 && logits.ndim == 2 && rows.size() == chosen.size(),
                  "logprobs: logits {} {} for {} rows and {} tokens", dtype_name(logits.dtype), logits.shape_str(),
                  rows.size(), chosen.size());
     std::vector<RowLogprobs> out;
     for (size_t i = 0; i < rows.size(); ++i) {
-      SERVE8_CHECK(rows[i] >= 0 && rows[i] < logits.dim(0), "logprobs: row {} of logits {}", rows[i], logits.shape_str());
+      SERVE8_CHECK(rows[i] >= 0 && rows[i] < logits.dim(0), "logprobs: row {} of logits {}", rows[i],
+                   logits.shape_str());
       out.push_back(row_logprobs(logits.ptr<const float>() + rows[i] * logits.dim(1), logits.dim(1), chosen[i], top_n));
     }
     return out;

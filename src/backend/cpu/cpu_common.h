@@ -33,6 +33,10 @@ struct Fp8E5M2 {
 struct Fp8E4M3 {
   uint8_t bits;
 };
+// int4 KV: two codes (0..15) a byte, element 2i in the low nibble; value = min + code * scale.
+struct Int4Pair {
+  uint8_t bits;
+};
 
 // inline: explicit specializations of a variable template are not implicitly inline, and clang
 // with ASan emits each one in every object that uses it (a multiple-definition link error).
@@ -103,6 +107,7 @@ void dispatch_float(DType t, std::string_view op, F&& f) {
     case DType::kFP8E4M3:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   fail("{}: dtype {} is not supported here (expected fp32, bf16 or fp16)", op, dtype_name(t));
@@ -124,10 +129,13 @@ void dispatch_kv(DType t, std::string_view op, F&& f) {
       return f.template operator()<Fp8E4M3>();
     case DType::kI8:
       return f.template operator()<int8_t>();
+    case DType::kI4:
+      return f.template operator()<Int4Pair>();
     case DType::kI32:
       break;
   }
-  fail("{}: KV storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)", op, dtype_name(t));
+  fail("{}: KV storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3 or int8)", op,
+       dtype_name(t));
 }
 
 // Entry-point checks: each throws serve8::Error naming the op, the argument and the values.

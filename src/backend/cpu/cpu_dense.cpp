@@ -70,12 +70,16 @@ void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor&
     const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{1} << 20) / k);
     std::vector<float> wbuf(static_cast<size_t>(std::min(n, rows_per_block) * k));
     dispatch_kv(w.dtype, "gemm", [&]<typename T>() {
-      for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
-        const int64_t nb = std::min(rows_per_block, n - n0);
-        const T* src = w.ptr<const T>() + n0 * k;
+      if constexpr (std::is_same_v<T, Int4Pair>) {
+        fail("gemm: int4 is a KV format, not a weight dtype");
+      } else {
+        for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
+          const int64_t nb = std::min(rows_per_block, n - n0);
+          const T* src = w.ptr<const T>() + n0 * k;
 #pragma omp parallel for schedule(static) if (nb * k >= kParallelMinElements)
-        for (int64_t i = 0; i < nb * k; ++i) wbuf[static_cast<size_t>(i)] = to_f32(src[i]);
-        sgemm_nt(m, nb, k, x, wbuf.data(), out + n0, n);
+          for (int64_t i = 0; i < nb * k; ++i) wbuf[static_cast<size_t>(i)] = to_f32(src[i]);
+          sgemm_nt(m, nb, k, x, wbuf.data(), out + n0, n);
+        }
       }
     });
   }

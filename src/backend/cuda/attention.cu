@@ -30,6 +30,7 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, cudaStrea
     case DType::kF32:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       return;  // refused by the backend's entry point
   }
 }
@@ -47,6 +48,7 @@ int decode_blocks_per_sm(DType kv_dtype, int head_dim, int heads_per_block) {
     case DType::kF32:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       break;
   }
   return 0;
@@ -66,6 +68,7 @@ void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, cudaStre
     case DType::kF32:
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       return;
   }
 }
@@ -84,6 +87,7 @@ void launch_attention_generic(const AttentionParams& p, DType kv_dtype, cudaStre
       return launch_generic_typed<DType::kF32>(p, stream);
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       return;
   }
 }

@@ -32,6 +32,7 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
       break;
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       fail("{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3 or fp32)", op,
            dtype_name(kv.k.dtype));
   }

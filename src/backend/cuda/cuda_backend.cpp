@@ -8,8 +8,8 @@
 
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/op_checks.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_checks.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -38,6 +38,7 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
       break;
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       fail(
           "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3, or fp32 "
           "with --dtype float32)",

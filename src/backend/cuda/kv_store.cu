@@ -120,6 +120,7 @@ void launch_for_input(const KvStoreParams& p, cudaStream_t stream) {
       return;
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       return;  // rejected by the backend's entry point
   }
 }

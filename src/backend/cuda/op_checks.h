@@ -58,6 +58,7 @@ inline cudaDataType_t cuda_type(DType t) {
       return CUDA_R_8F_E4M3;
     case DType::kI32:
     case DType::kI8:
+    case DType::kI4:
       return CUDA_R_32I;
   }
   return CUDA_R_32F;
