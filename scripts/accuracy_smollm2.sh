@@ -3,7 +3,7 @@
 # CPU backend. Text: the human turns of ShareGPT_V3_filtered_500.json, the first 2048 tokens of
 # conversations 0-99 for calibration and the first CHUNKS x CTX tokens of 100-499 (disjoint) for
 # evaluation; every KV dtype is compared with bf16 KV, then FP8 weights with the checkpoint's.
-# ~20 min on one core (CHUNKS=4, CTX=512).
+# ~35 min on one core (CHUNKS=4, CTX=512).
 #   [CHUNKS=4] [CTX=512] scripts/accuracy_smollm2.sh [SERVE8] [MODEL]
 #     -> bench/results/accuracy_smollm2_cpu.jsonl, accuracy_smollm2_fp8_weights_cpu.jsonl
 set -euo pipefail
@@ -33,6 +33,9 @@ run --kv-cache-dtype fp8_e4m3
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
 run --kv-cache-dtype int8
+run --kv-cache-dtype int8 --quantization-param-path "$W/scales_per-head.json"  # rows centred on the K/V means
+run --kv-cache-dtype int4
+run --kv-cache-dtype int4 --quantization-param-path "$W/scales_per-head.json"
 # FP8 weights (e4m3 per output channel) against the checkpoint's, both with bf16 KV.
 out="$root/bench/results/accuracy_smollm2_fp8_weights_cpu.jsonl"
 : >"$out"

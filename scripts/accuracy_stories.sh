@@ -34,3 +34,6 @@ run --kv-cache-dtype fp8_e4m3
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-layer.json"
 run --kv-cache-dtype fp8_e4m3 --quantization-param-path "$W/scales_per-head.json"
 run --kv-cache-dtype int8
+run --kv-cache-dtype int8 --quantization-param-path "$W/scales_per-head.json"  # rows centred on the K/V means
+run --kv-cache-dtype int4
+run --kv-cache-dtype int4 --quantization-param-path "$W/scales_per-head.json"
