@@ -181,7 +181,6 @@ struct AttentionArgs {
   float softmax_scale;
 };
 
-// One item per (new token, kv head): the group's q heads share each dequantized K and V row.
 // Row `at` of a pool (K or V), decoded to fp32 before the head's scale: int8 times its row's
 // scale, int4 its row's minimum plus code times scale.
 template <typename S>
@@ -201,6 +200,7 @@ void load_pool_row(const Tensor& pool, const Tensor& row_params, int64_t at, int
   }
 }
 
+// One item per (new token, kv head): the group's q heads share each dequantized K and V row.
 template <typename S>
 void attention_impl(const AttentionArgs& a) {
   const int64_t d = a.g.head_dim, group = a.group, heads = a.g.heads;
