@@ -39,6 +39,15 @@ double hadamard_entry(int64_t i, int64_t j, int64_t n) {
   return (std::popcount(static_cast<uint64_t>(i & j)) % 2 ? -1.0 : 1.0) / std::sqrt(static_cast<double>(n));
 }
 
+// H x, with H written out (its own inverse).
+std::vector<double> times_hadamard(const std::vector<double>& x) {
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<double> y(x.size(), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) y[static_cast<size_t>(i)] += hadamard_entry(i, j, n) * x[static_cast<size_t>(j)];
+  return y;
+}
+
 // The int4 code of logical element i of a pool: element 2j in byte j's low nibble, 2j + 1 in its high.
 int int4_code(const Tensor& pool, int64_t i) {
   const uint8_t b = static_cast<const uint8_t*>(pool.data)[i / 2];
@@ -57,12 +66,21 @@ std::vector<double> stored_row(const Tensor& pool, const Tensor& row_scale, int6
     for (int64_t e = 0; e < d; ++e) r[static_cast<size_t>(e)] = stored(pool, base + e);
   }
   if (!kv_dtype_is_rotated(pool.dtype)) return r;
-  const double scale = pool.dtype == DType::kI8 ? row_scale.ptr<const float>()[base / d] : 1.0;
-  std::vector<double> x(static_cast<size_t>(d), 0.0);
-  for (int64_t i = 0; i < d; ++i)
-    for (int64_t j = 0; j < d; ++j)
-      x[static_cast<size_t>(i)] += hadamard_entry(i, j, d) * r[static_cast<size_t>(j)] * scale;
-  return x;
+  if (pool.dtype == DType::kI8)
+    for (double& x : r) x *= row_scale.ptr<const float>()[base / d];
+  return times_hadamard(r);
+}
+
+// Row (token i, head h) of src [T, heads, d], less the head's mean (none when mean is empty), over
+// the head's scale, rotated: what a rotated pool rounds and stores.
+std::vector<double> rotated_row(const std::vector<float>& src, const std::vector<float>& mean, int64_t i, int64_t h,
+                                int64_t heads, int64_t d, double scale) {
+  std::vector<double> x(static_cast<size_t>(d));
+  for (int64_t c = 0; c < d; ++c)
+    x[static_cast<size_t>(c)] = (src[static_cast<size_t>((i * heads + h) * d + c)] -
+                                 (mean.empty() ? 0.0 : mean[static_cast<size_t>(h * d + c)])) /
+                                scale;
+  return times_hadamard(x);
 }
 
 // The value a K or V row stands for: stored_row times the head's scale, plus the head's mean.
@@ -252,11 +270,7 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
         const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
-        std::vector<double> rotated(static_cast<size_t>(d), 0.0);
-        for (int64_t r = 0; r < d; ++r)
-          for (int64_t c = 0; c < d; ++c)
-            rotated[static_cast<size_t>(r)] +=
-                hadamard_entry(r, c, d) * src[static_cast<size_t>((i * heads + h) * d + c)] / layer;
+        const std::vector<double> rotated = rotated_row(src, {}, i, h, heads, d, layer);
         double amax = 0;
         for (const double x : rotated) amax = std::max(amax, std::abs(x));
         EXPECT_NEAR(row_scale[at], amax / 127, 1e-5 * amax) << "token " << i << " head " << h;
@@ -307,12 +321,7 @@ TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
         const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
-        std::vector<double> x(static_cast<size_t>(d), 0.0);
-        for (int64_t r = 0; r < d; ++r)
-          for (int64_t c = 0; c < d; ++c)
-            x[static_cast<size_t>(r)] +=
-                hadamard_entry(r, c, d) *
-                (src[static_cast<size_t>((i * heads + h) * d + c)] - mean[static_cast<size_t>(h * d + c)]) / layer;
+        const std::vector<double> x = rotated_row(src, mean, i, h, heads, d, layer);
         const double s = f16_to_f32(params[2 * at]), lo = f16_to_f32(params[2 * at + 1]);
         const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
         const double range = *mx - *mn;
