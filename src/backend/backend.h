@@ -76,8 +76,15 @@ struct StepLimits {
   int head_dim = 0;
 };
 
+// int8 and int4 store each row rotated by the Walsh-Hadamard transform of head_dim.
+constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DType::kI4; }
+
+// The last dimension of a pool's K/V tensors: head_dim elements, or head_dim / 2 bytes of int4
+// (two codes a byte).
+constexpr int64_t kv_pool_width(DType t, int64_t head_dim) { return t == DType::kI4 ? head_dim / 2 : head_dim; }
+
 // KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
-// fp8_e5m2, fp8_e4m3.
+// fp8_e5m2, fp8_e4m3, and on the CPU int8 and int4.
 struct KvCacheConfig {
   int num_layers = 0;
   int num_kv_heads = 0;
@@ -92,18 +99,11 @@ struct KvCacheConfig {
   // K and V, with each row's own scale (and minimum) for the integer formats.
   size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * kv_row_bytes(dtype, head_dim); }
 
-  // One stored row of head_dim values: int8 adds its fp32 scale; int4 packs two codes a byte and
-  // adds its fp16 scale and minimum.
+  // One stored row of head_dim values, and int8's fp32 scale or int4's fp16 scale and minimum.
   static constexpr size_t kv_row_bytes(DType t, int head_dim) {
-    const auto d = static_cast<size_t>(head_dim);
-    if (t == DType::kI8) return d + 4;
-    if (t == DType::kI4) return d / 2 + 4;
-    return d * dtype_size(t);
+    return static_cast<size_t>(kv_pool_width(t, head_dim)) * dtype_size(t) + (kv_dtype_is_rotated(t) ? 4 : 0);
   }
 };
-
-// int8 and int4 store each row rotated by the Walsh-Hadamard transform of head_dim.
-constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DType::kI4; }
 
 // Scales of the stored values: stored = value / scale, value = stored * scale. One scale per
 // layer and KV head ([num_layers * num_kv_heads], layer-major); a per-layer scale is repeated

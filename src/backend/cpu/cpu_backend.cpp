@@ -71,17 +71,15 @@ class CpuKvCache final : public KvCache {
                  "kv cache: storage dtype {} is not supported (expected fp32, bf16, fp16, fp8_e5m2, fp8_e4m3, int8 or "
                  "int4)",
                  dtype_name(config.dtype));
-    check_kv_cache_args(config, scales);
     rotated_ = kv_dtype_is_rotated(config.dtype);
     SERVE8_CHECK(!rotated_ || (config.head_dim & (config.head_dim - 1)) == 0,
                  "kv cache: {} rotates each head by a Walsh-Hadamard transform, which needs a power-of-two "
                  "head_dim (this model's is {})",
                  dtype_name(config.dtype), config.head_dim);
-    set_scales(scales);
+    set_scales(scales);  // checks the geometry and scales first
     const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
     const size_t layer_bytes =
-        rows * (config.dtype == DType::kI4 ? static_cast<size_t>(config.head_dim) / 2
-                                           : static_cast<size_t>(config.head_dim) * dtype_size(config.dtype));
+        rows * static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim)) * dtype_size(config.dtype);
     const size_t row_scale_bytes = rows * 4;  // int8: an fp32 scale; int4: an fp16 scale and minimum
     for (int i = 0; i < config.num_layers; ++i) {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
@@ -110,7 +108,7 @@ class CpuKvCache final : public KvCache {
     const int64_t heads = config_.num_kv_heads;
     const size_t off = li * static_cast<size_t>(heads);
     KvLayer l;
-    const int64_t width = config_.dtype == DType::kI4 ? config_.head_dim / 2 : config_.head_dim;
+    const int64_t width = kv_pool_width(config_.dtype, config_.head_dim);
     l.k = Tensor(k_[li].get(), config_.dtype, {config_.num_slots, heads, width});
     l.v = Tensor(v_[li].get(), config_.dtype, {config_.num_slots, heads, width});
     // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
