@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -113,7 +114,10 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
   const size_t es = dtype_size(t);
   for (size_t i = 0; i + es <= block; i += es) {
     const float x = nd(gen);
-    if (t == DType::kBF16) {
+    if (t == DType::kI8 || t == DType::kI4) {  // codes: int8 within +-127, any int4 pair
+      h[i] = t == DType::kI8 ? static_cast<uint8_t>(static_cast<int8_t>(std::clamp(x * 40.0f, -127.0f, 127.0f)))
+                             : static_cast<uint8_t>(gen());
+    } else if (t == DType::kBF16) {
       const uint16_t v = f32_to_bf16(x);
       std::memcpy(&h[i], &v, 2);
     } else if (t == DType::kFP8E5M2) {
@@ -126,6 +130,29 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
   for (size_t done = block; done < bytes;) {
     const size_t n = std::min(done, bytes - done);
     SERVE8_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice, s));
+    done += n;
+  }
+}
+
+// Fills an int8 (fp32 scale) or int4 (fp16 scale and minimum) pool's row parameters with values
+// around those of unit-normal rows.
+void fill_row_params(Backend& be, cudaStream_t s, const Tensor& params, DType t, std::mt19937_64& gen) {
+  const size_t bytes = static_cast<size_t>(params.nbytes());
+  const size_t block = std::min<size_t>(bytes, 4u << 20) / 4 * 4;
+  std::vector<uint32_t> h(block / 4);
+  std::uniform_real_distribution<float> u(0.8f, 1.25f);
+  for (uint32_t& w : h) {
+    if (t == DType::kI8) {
+      w = std::bit_cast<uint32_t>(u(gen) * 2.5f / 127.0f);
+    } else {
+      w = uint32_t{f32_to_f16(u(gen) * 5.0f / 15.0f)} | (uint32_t{f32_to_f16(-2.5f * u(gen))} << 16);
+    }
+  }
+  be.copy_to_device(params.data, h.data(), block);
+  for (size_t done = block; done < bytes;) {
+    const size_t n = std::min(done, bytes - done);
+    SERVE8_CUDA_CHECK(
+        cudaMemcpyAsync(static_cast<char*>(params.data) + done, params.data, n, cudaMemcpyDeviceToDevice, s));
     done += n;
   }
 }
@@ -170,7 +197,7 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   const int kv0 = fb.kv_indptr[static_cast<size_t>(b)], kv_len = fb.kv_indptr[static_cast<size_t>(b) + 1] - kv0;
   const int q0 = fb.qo_indptr[static_cast<size_t>(b)], q_len = fb.qo_indptr[static_cast<size_t>(b) + 1] - q0;
   rows = std::min(rows, q_len);
-  const size_t row_bytes = static_cast<size_t>(h.hkv) * h.d * dtype_size(kv);
+  const size_t row_bytes = static_cast<size_t>(h.hkv) * kv_pool_width(kv, h.d) * dtype_size(kv);
   // Gather the sequence's K and V rows into contiguous device buffers.
   Buffer kbuf(gpu, kv_len * row_bytes), vbuf(gpu, kv_len * row_bytes);
   const Tensor tidx(static_cast<int32_t*>(db.kv_indices.data) + kv0, DType::kI32, {kv_len});
@@ -184,6 +211,15 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   const KvLayer cl = cache->layer(0);
   gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
   gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
+  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 4 bytes per KV head
+    const size_t pb = static_cast<size_t>(h.hkv) * 4;
+    for (const auto& [g, c] :
+         {std::pair{&layer.k_row_scale, &cl.k_row_scale}, std::pair{&layer.v_row_scale, &cl.v_row_scale}}) {
+      Buffer pbuf(gpu, kv_len * pb);
+      gpu.gather_rows(Tensor(g->data, DType::kF32, {g->dim(0), h.hkv}), tidx, pbuf.view(DType::kF32, {kv_len, h.hkv}));
+      gpu.copy_to_host(static_cast<char*>(c->data) + pb, pbuf.data(), kv_len * pb);
+    }
+  }
   // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
   std::vector<int32_t> slots(static_cast<size_t>(kv_len));
   std::iota(slots.begin(), slots.end(), 1);
@@ -334,7 +370,7 @@ int run(int argc, char** argv) {
         const std::string l = label(dt);
         return std::any_of(filters.begin(), filters.end(), [&](const std::string& f) { return l.find(f) != l.npos; });
       };
-      const DType kv_dtypes[] = {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3};
+      const DType kv_dtypes[] = {DType::kBF16, DType::kFP8E5M2, DType::kFP8E4M3, DType::kI8, DType::kI4};
       if (std::none_of(std::begin(kv_dtypes), std::end(kv_dtypes), wanted)) continue;
       const ForwardBatch fb = make_batch(sh, gen, contiguous_slots);
       const int64_t t = fb.num_tokens();
@@ -355,11 +391,17 @@ int run(int argc, char** argv) {
         const KvLayer l = cache->layer(0);
         fill_random(be, s, l.k.data, l.k.nbytes(), dt, gen);
         fill_random(be, s, l.v.data, l.v.nbytes(), dt, gen);
+        if (kv_dtype_is_rotated(dt)) {
+          fill_row_params(be, s, l.k_row_scale, dt, gen);
+          fill_row_params(be, s, l.v_row_scale, dt, gen);
+        }
+        // Bytes a (token, KV head) row of K or V takes: int8/int4 with their 4 bytes of parameters.
+        const double row_bytes = static_cast<double>(KvCacheConfig::kv_row_bytes(dt, h.d));
         const DeviceBatch db = be.upload_batch(fb, *cache);
         const Tensor tq = q.view(DType::kBF16, {t, h.hq, h.d}), to = out.view(DType::kBF16, {t, h.hq, h.d});
         const float scale = 1.0f / std::sqrt(static_cast<float>(h.d));
         const double ms = time_cold_ms(s, reps, cold, [&] { be.attention(tq, l, db, scale, to); });
-        const double bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt) + 2.0 * t * h.hq * h.d * 2;
+        const double bytes = static_cast<double>(tokens) * h.hkv * row_bytes * 2 + 2.0 * t * h.hq * h.d * 2;
         double flops = 0;
         for (int b = 0; b < sh.batch; ++b)
           for (int i = 0; i < sh.q_len; ++i) flops += 4.0 * h.hq * h.d * (sh.ctx - sh.q_len + i + 1);
@@ -372,7 +414,7 @@ int run(int argc, char** argv) {
         const bool ok = worst.max_abs_err <= 1e-2 * std::max(1.0, worst.max_ref);
         double stream_gbs = 0, gather_gbs = 0;
         if (sh.q_len == 1) {
-          const double kv_bytes = static_cast<double>(tokens) * h.hkv * h.d * 2 * dtype_size(dt);
+          const double kv_bytes = static_cast<double>(tokens) * h.hkv * row_bytes * 2;
           const size_t half = static_cast<size_t>(kv_bytes / 2) / 16 * 16;
           const double sms_ms = time_cold_ms(s, reps, cold, [&] {
             launch_stream_read(l.k.data, half, static_cast<unsigned*>(sink.data()), s);
@@ -383,7 +425,8 @@ int run(int argc, char** argv) {
           const double gms = time_cold_ms(s, reps, cold, [&] {
             launch_gather_read(static_cast<const int32_t*>(db.kv_indptr.data),
                                static_cast<const int32_t*>(db.kv_indices.data), l.k.data, l.v.data, sh.batch, h.hkv,
-                               h.d * static_cast<int>(dtype_size(dt)), splits, static_cast<unsigned*>(sink.data()), s);
+                               static_cast<int>(kv_pool_width(dt, h.d) * dtype_size(dt)), splits,
+                               static_cast<unsigned*>(sink.data()), s);
           });
           stream_gbs = 2.0 * static_cast<double>(half) / sms_ms / 1e6;
           gather_gbs = kv_bytes / gms / 1e6;

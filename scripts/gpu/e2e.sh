@@ -4,7 +4,7 @@
 #   golden  stories260K greedy ids on the GPU (fp32 compute, generic head-dim-8 kernel) vs run.c's
 #   hf      logits and greedy ids vs HF transformers, 2-layer Llama-3-8B / Llama-2-7B / Llama-3.1-8B
 #   hf32    the same with serve8 in fp32 (--dtype float32): exact agreement expected
-#   kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 KV against bf16 KV: mean KLD and top-1
+#   kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 / int8 / int4 KV against bf16 KV: mean KLD, top-1
 #   bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #   mbu     bench-one-batch MBU and op profile, Llama-3-8B / Llama-2-13B dummy, each KV dtype, B=64-256
 #   fp8w    bench-one-batch with --quantization fp8 against bf16 weights, the same models, bf16 and
@@ -12,7 +12,7 @@
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
-#           same file (gguf_file=), then fp16 / fp8_e5m2 / fp8_e4m3 KV vs bf16 KV (eval kld) on
+#           same file (gguf_file=), then fp16 / fp8 / int8 / int4 KV vs bf16 KV (eval kld) on
 #           ShareGPT prompts, rows for docs/accuracy.md. Needs the GGUF (scripts/gpu.sh says how
 #           it is sent), so not a default step; gguf32 is gguf in fp32
 # Logs go to $OUT: results.tgz (everything) and each step's *_summary.txt.
@@ -78,7 +78,8 @@ open(f"{sys.argv[2]}/eval.txt", "w").write("\n\n".join(texts[100:]))
 PY
     "$B" calibrate --device cuda --model-path "$g" --text "$w/calib.txt" --context 512 --max-total-tokens 16384 \
       --granularity per-head --output "$w/scales.json" >>"$OUT/log.txt" 2>&1 || echo "gguf: calibrate failed (see log.txt)"
-    for kv in "fp16" "fp8_e5m2" "fp8_e4m3" "fp8_e4m3 --quantization-param-path $w/scales.json"; do
+    for kv in "fp16" "fp8_e5m2" "fp8_e4m3" "fp8_e4m3 --quantization-param-path $w/scales.json" "int8" "int4" \
+      "int8 --quantization-param-path $w/scales.json" "int4 --quantization-param-path $w/scales.json"; do
       # shellcheck disable=SC2086  # kv holds the dtype and, for the last row, its scales
       "$B" eval kld --device cuda --model-path "$g" --text "$w/eval.txt" --context 512 \
         --reference-kv-cache-dtype bf16 --output-file "$OUT/accuracy_smollm2.jsonl" --kv-cache-dtype $kv \
@@ -144,11 +145,11 @@ kvfp8() {
   local cfg=llama-3-8b d="/tmp/hf_llama-3-8b"
   [[ -f "$d/forced.txt" ]] || python3 "$root/scripts/hf_compare.py" build "$E/shared/configs/$cfg.json" 2 "$d" \
     >>"$OUT/log.txt" 2>&1
-  for kv in bf16 fp8_e5m2 fp8_e4m3; do
+  for kv in bf16 fp8_e5m2 fp8_e4m3 int8 int4; do
     "$B" dump-logits --device cuda --kv-cache-dtype "$kv" --model-path "$d" --prompts-file "$d/forced.txt" \
       --decode-tokens 32 --greedy-tokens 0 --max-total-tokens 4096 --output "$OUT/kv_$kv" >>"$OUT/log.txt" 2>&1
   done
-  for kv in fp8_e5m2 fp8_e4m3; do
+  for kv in fp8_e5m2 fp8_e4m3 int8 int4; do
     python3 "$root/scripts/kv_compare.py" "$OUT/kv_bf16.npy" "$OUT/kv_$kv.npy" "$cfg (2 layers) KV $kv vs bf16 KV"
   done | tee "$OUT/kvfp8_summary.txt"
   rm -f "$OUT"/kv_*.npy

@@ -58,8 +58,8 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "head dims 8/16/32 only)");
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype,
                  "auto | fp32 (needs --dtype float32 on cuda) | bf16 | fp16 | fp8_e5m2 | fp8_e4m3 | "
-                 "int8 (cpu: rotated rows, a scale per token and KV head) | int4 (cpu: rotated rows, 4 bits with a "
-                 "scale and minimum per token and KV head)");
+                 "int8 (rotated rows, a scale per token and KV head) | int4 (rotated rows, 4 bits with a scale and "
+                 "minimum per token and KV head)");
   app.add_option("--quantization-param-path", a.quantization_param_path,
                  "fp8_e4m3 KV scales, and the K/V means int8/int4 rows centre on: SGLang/vLLM JSON, as `serve8 "
                  "calibrate` writes it");

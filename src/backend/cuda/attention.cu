@@ -27,10 +27,12 @@ void launch_attention_decode(const AttentionParams& p, DType kv_dtype, cudaStrea
       return launch_decode_stream_typed<DType::kFP8E5M2>(p, stream);
     case DType::kFP8E4M3:
       return launch_decode_stream_typed<DType::kFP8E4M3>(p, stream);
+    case DType::kI8:
+      return launch_decode_stream_typed<DType::kI8>(p, stream);
+    case DType::kI4:
+      return launch_decode_stream_typed<DType::kI4>(p, stream);
     case DType::kF32:
     case DType::kI32:
-    case DType::kI8:
-    case DType::kI4:
       return;  // refused by the backend's entry point
   }
 }
@@ -45,10 +47,12 @@ int decode_blocks_per_sm(DType kv_dtype, int head_dim, int heads_per_block) {
       return decode_stream_blocks_per_sm<DType::kFP8E5M2>(head_dim, heads_per_block);
     case DType::kFP8E4M3:
       return decode_stream_blocks_per_sm<DType::kFP8E4M3>(head_dim, heads_per_block);
+    case DType::kI8:
+      return decode_stream_blocks_per_sm<DType::kI8>(head_dim, heads_per_block);
+    case DType::kI4:
+      return decode_stream_blocks_per_sm<DType::kI4>(head_dim, heads_per_block);
     case DType::kF32:
     case DType::kI32:
-    case DType::kI8:
-    case DType::kI4:
       break;
   }
   return 0;
@@ -65,10 +69,12 @@ void launch_attention_prefill(const AttentionParams& p, DType kv_dtype, cudaStre
       return launch_prefill_typed<DType::kFP8E5M2>(p, stream);
     case DType::kFP8E4M3:
       return launch_prefill_typed<DType::kFP8E4M3>(p, stream);
+    case DType::kI8:
+      return launch_prefill_typed<DType::kI8>(p, stream);
+    case DType::kI4:
+      return launch_prefill_typed<DType::kI4>(p, stream);
     case DType::kF32:
     case DType::kI32:
-    case DType::kI8:
-    case DType::kI4:
       return;
   }
 }

@@ -34,6 +34,13 @@ __device__ __forceinline__ float2 half2_bits_to_float2(uint32_t u) {
   return __half22float2(h);
 }
 
+__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+
 template <>
 struct KvTraits<DType::kF16> {
   using Raw8 = uint4;
@@ -115,14 +122,88 @@ __device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_raw8(const void* ba
   return reinterpret_cast<const Raw8*>(base)[i / 8];
 }
 
-// ---- tensor cores ----
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
+__device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
+  __half2 x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  const __half2 r = __hsub2(x, y);
   uint32_t u;
-  memcpy(&u, &h, 4);
+  memcpy(&u, &r, 4);
   return u;
 }
+
+// int8 codes (the low two bytes) as an fp16 pair, exact: 1024 + (code + 128) by placing the
+// biased byte under fp16's exponent of 1024, less 1152.
+__device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
+  return hsub2_bits(__byte_perm(two_bytes_low ^ 0x8080u, 0x6464u, 0x4140), 0x64806480u);
+}
+// The 4-bit codes in bits 0-3 and 16-19 as an fp16 pair, exact (1024 + code, less 1024).
+__device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) {
+  return hsub2_bits((nibbles & 0x000f000fu) | 0x64006400u, 0x64006400u);
+}
+
+// int8 and int4 rows (rotated, KvLayer): 8 stored elements and their row's parameters. Their
+// values are fp16 operands after the row's scale (and minimum): rounded once, to fp16.
+template <>
+struct KvTraits<DType::kI8> {
+  struct Raw8 {
+    uint2 c;  // eight int8 codes
+    float s;  // the row's scale
+  };
+  static constexpr bool kMmaF16 = true;
+  __device__ static Raw8 load(const void* pool, const void* rows, int64_t row, int d, int col) {
+    return Raw8{*reinterpret_cast<const uint2*>(static_cast<const int8_t*>(pool) + row * d + col),
+                static_cast<const float*>(rows)[row]};
+  }
+  __device__ static uint4 to_half8(const Raw8& r) {
+    uint32_t h[4];
+    const uint32_t u[2] = {r.c.x, r.c.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = half2_bits_to_float2(i8x2_to_half2(u[i / 2] >> (16 * (i % 2))));
+      h[i] = pack_half2(f.x * r.s, f.y * r.s);
+    }
+    return uint4{h[0], h[1], h[2], h[3]};
+  }
+};
+
+template <>
+struct KvTraits<DType::kI4> {
+  struct Raw8 {
+    uint32_t c;   // eight codes, element 2i in the low nibble of byte i
+    uint32_t sm;  // the row's fp16 scale (low half) and minimum
+  };
+  static constexpr bool kMmaF16 = true;
+  __device__ static Raw8 load(const void* pool, const void* rows, int64_t row, int d, int col) {
+    return Raw8{*reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(pool) + (row * d + col) / 2),
+                static_cast<const uint32_t*>(rows)[row]};
+  }
+  __device__ static uint4 to_half8(const Raw8& r) {
+    const float2 sm = half2_bits_to_float2(r.sm);
+    uint32_t h[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // Byte i holds elements 2i (low nibble) and 2i + 1.
+      const float2 f =
+          half2_bits_to_float2(i4x2_to_half2(((r.c >> (8 * i)) & 15u) | (((r.c >> (8 * i + 4)) & 15u) << 16)));
+      h[i] = pack_half2(sm.y + f.x * sm.x, sm.y + f.y * sm.x);
+    }
+    return uint4{h[0], h[1], h[2], h[3]};
+  }
+};
+
+// The 8 stored elements at column col of pool row `row` (slot * Hkv + head) of a d-wide head.
+template <DType kKv>
+__device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_kv8(const void* pool, const void* rows, int64_t row, int d,
+                                                                 int col) {
+  if constexpr (kKv == DType::kI8 || kKv == DType::kI4) {
+    return KvTraits<kKv>::load(pool, rows, row, d, col);
+  } else {
+    return load_raw8<kKv>(pool, row * d + col);
+  }
+}
+
+// ---- tensor cores ----
 
 // Two fp32 values as the 16-bit operand type of the MMA (fp16 or bf16), low half first.
 template <bool kF16>

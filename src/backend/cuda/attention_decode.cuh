@@ -16,9 +16,11 @@ struct DecodeBlock {
 };
 
 __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlock& w) {
-  w.split = blockIdx.x;
+  // Heads vary fastest: the blocks of one (split, sequence) run together and share, in L2, the
+  // sequence's slot list and the sectors holding several heads' int8/int4 row parameters.
+  w.split = blockIdx.z;
   w.b = blockIdx.y;
-  w.h = blockIdx.z;
+  w.h = blockIdx.x;
   w.q_begin = p.qo_indptr[w.b];
   if (p.qo_indptr[w.b + 1] - w.q_begin != 1) return false;
   w.kv_begin = p.kv_indptr[w.b];
@@ -70,11 +72,13 @@ __device__ __forceinline__ void decode_write(const AttentionParams& p, const Dec
 
 // The decode kernel's last step: 4 warps each hold an online-softmax state per head
 // (max s_m, sum s_l, unnormalized output s_o[warp][head][d]); merge them and write the result,
-// with `threads` threads numbered from `tid` (the block's, or the half serving w.h).
+// with `threads` threads numbered from `tid` (the block's, or the half serving w.h). s_mn, when
+// given ([4][kMaxGroup]), adds to every d of a warp's head (int4: the V minimums' share).
 template <int kD, int kMaxGroup>
 __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, const DecodeBlock& w, int g,
                                                    const float* s_o, const float (*s_m)[kMaxGroup],
-                                                   const float (*s_l)[kMaxGroup], int tid, int threads) {
+                                                   const float (*s_l)[kMaxGroup], const float* s_mn, int tid,
+                                                   int threads) {
   const float v_scale = p.v_scale[w.h];
   for (int idx = tid; idx < g * kD; idx += threads) {
     const int j = idx / kD;
@@ -87,7 +91,7 @@ __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, con
     for (int r = 0; r < 4; ++r) {
       const float wt = safe_exp2(s_m[r][j], mx);
       sum += s_l[r][j] * wt;
-      acc += s_o[(r * kMaxGroup + j) * kD + d] * wt;
+      acc += (s_o[(r * kMaxGroup + j) * kD + d] + (s_mn ? s_mn[r * kMaxGroup + j] : 0.0f)) * wt;
     }
     decode_write<kD>(p, w, g, j, d, sum > 0.0f ? acc / sum : 0.0f, sum > 0.0f ? mx + log2f(sum) : -INFINITY, v_scale);
   }

@@ -36,6 +36,10 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 }
+__device__ __forceinline__ void cp_async_4_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 4 : 0)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -44,19 +48,25 @@ __device__ __forceinline__ void cp_async_wait() {
 
 template <DType kKv, int kD, int kHeadsPerBlock>
 struct DecodeStream {
-  static constexpr bool kFp8 = kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3;
-  static constexpr int kElemBytes = kFp8 ? 1 : 2;
-  static constexpr int kRowBytes = kD * kElemBytes;  // one K (or V) row of one KV head
-  static constexpr int kChunks = kRowBytes / 16;     // 16-byte chunks per row: 4, 8 or 16
-  static constexpr int kValsPerChunk = 16 / kElemBytes;
+  // kFp8: one byte a value (FP8 and int8); int4 packs two.
+  static constexpr bool kI4 = kKv == DType::kI4;
+  static constexpr bool kI8 = kKv == DType::kI8;
+  static constexpr bool kRowParams = kI4 || kI8;  // a scale (and minimum) per row, staged beside it
+  static constexpr bool kFp8 = kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3 || kI8;
+  static constexpr int kElemBytes = kFp8 || kI4 ? 1 : 2;
+  static constexpr int kRowBytes = kI4 ? kD / 2 : kD * kElemBytes;  // one K (or V) row of one KV head
+  static constexpr int kChunks = kRowBytes / 16;                    // 16-byte chunks per row: 2 to 16
+  static constexpr int kValsPerChunk = kI4 ? 32 : 16 / kElemBytes;
   static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
   static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
   static constexpr int kTileBytes = kStep * kRowBytes;
+  static constexpr int kParamBytes = kRowParams ? 2 * kStep * 4 : 0;  // K's then V's, 4 bytes a row
+  static constexpr int kStageBytes = 2 * kTileBytes + kParamBytes;
   // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
   // bf16 steps ahead, keep 128 KB of loads outstanding per SM (about 30 KB cover the latency).
   static constexpr int kStages = 3;
   static constexpr int kWarps = 4;
-  static constexpr int kWarpBytes = kStages * 2 * kTileBytes;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
   // KV heads per block, 4 warps each (decode_heads_per_block picks 2 for FP8 on large grids).
   static constexpr int kHeads = kHeadsPerBlock;
   static constexpr int kThreads = 128 * kHeads;
@@ -66,7 +76,11 @@ struct DecodeStream {
   static constexpr int kPasses = kStep / kRowsPerPass;
   static constexpr int kKChunks = kChunks / 4;       // K chunks a thread reads per row
   static constexpr int kVWords = kRowBytes / 8 / 4;  // V words a thread reads per row
-  static_assert(kKChunks >= 1 && kVWords >= 2, "head dims 64 and 128");
+  static_assert(kI4 || (kKChunks >= 1 && kVWords >= 2), "head dims 64 and 128");
+  // int4: thread t4 reads the contiguous kD / 32 words of a K row from byte t4 * kD / 8 (element
+  // t4 * kD / 4), and thread gid the kD / 16 bytes of a V row from byte gid * kD / 16.
+  static constexpr int kI4KWords = kD / 32;
+  static constexpr int kI4VBytes = kD / 16;
 
   __device__ static int swizzle(int row, int chunk) { return chunk ^ (row & kSwizzle); }
   // The i-th K chunk of lane column t4: chunks {2 t4, 2 t4 + 1} (+8) put the two rows a quarter
@@ -78,7 +92,9 @@ struct DecodeStream {
   }
   // The d of value j of the V run of lane row n (gid): the rows of the O^T tiles, un-permuted at the end.
   __device__ static int v_dim(int j, int n) {
-    if constexpr (kChunks == 4) {
+    if constexpr (kI4) {
+      return n * (kD / 8) + j;
+    } else if constexpr (kChunks == 4) {
       return n * 8 + j;  // half a chunk each
     } else {
       return (n + 8 * (j / kValsPerChunk)) * kValsPerChunk + j % kValsPerChunk;
@@ -99,6 +115,8 @@ template <DType kKv>
 __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
   if constexpr (kKv == DType::kFP8E4M3) {
     return KvTraits<DType::kFP8E4M3>::cvt2_bits(two_bytes_low & 0xffffu);
+  } else if constexpr (kKv == DType::kI8) {
+    return i8x2_to_half2(two_bytes_low);
   } else {
     return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
   }
@@ -143,7 +161,7 @@ __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = p.split_counters + blockIdx.y * gridDim.z + blockIdx.z;
+    int* counter = p.split_counters + blockIdx.y * gridDim.x + blockIdx.x;
     const bool last = atomicAdd(counter, 1) == n_split - 1;
     if (last) *counter = 0;  // every split has arrived: ready for the next launch
     *s_last = last;
@@ -151,7 +169,7 @@ __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams
   __syncthreads();
   if (!*s_last) return;
   __threadfence();
-  const int kvh0 = blockIdx.z * kHeads;
+  const int kvh0 = blockIdx.x * kHeads;
   const int n_heads = min(kHeads, p.num_kv_heads - kvh0) * g;  // query heads of the block
   const int hq0 = kvh0 * g;
   const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
@@ -184,6 +202,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = kAttentionMaxGroup;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
+  __shared__ float s_mn[kHeads][4][L::kI4 ? kMaxGroup : 1];  // int4: sum of p * V's row minimum
   static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
   static_assert((kHeads * kMaxGroup * (kDecodeMaxSplits + 1) + 1) * sizeof(float) <= L::kSmemBytes,
                 "the split merge reuses the stages");
@@ -209,6 +228,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   const unsigned char* v_pool = static_cast<const unsigned char*>(p.v_pool);
   const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
   const int64_t head_bytes = int64_t{h} * L::kRowBytes;
+  const auto* k_rows = static_cast<const unsigned char*>(p.k_rows);
+  const auto* v_rows = static_cast<const unsigned char*>(p.v_rows);
   const int32_t* indices = p.kv_indices + kv_begin;
   const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (threadIdx.x / 32) * L::kWarpBytes;
   const unsigned char* warp_ptr = smem + (threadIdx.x / 32) * L::kWarpBytes;
@@ -222,7 +243,15 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // last step, so that every lane always has committed the same number of groups).
   auto issue = [&](int it, int my_slot) {
     if (it < my_steps) {
-      const uint32_t stage = warp_smem + (it % kStages) * 2 * L::kTileBytes;
+      const uint32_t stage = warp_smem + (it % kStages) * L::kStageBytes;
+      if constexpr (L::kRowParams) {
+        // Lane r < 16 copies row r's K and V parameters (4 bytes each) behind the two tiles.
+        if (lane < kStep) {
+          const int64_t at = ((my_slot < 0 ? 0 : my_slot) * int64_t{p.num_kv_heads} + h) * 4;
+          cp_async_4_zfill(stage + 2 * L::kTileBytes + lane * 4, k_rows + at, my_slot >= 0);
+          cp_async_4_zfill(stage + 2 * L::kTileBytes + (kStep + lane) * 4, v_rows + at, my_slot >= 0);
+        }
+      }
       const int c = lane % L::kChunks;
 #pragma unroll
       for (int pass = 0; pass < L::kPasses; ++pass) {
@@ -248,14 +277,30 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 
   // Q in the permuted d order of the K reads; rows 8..15 of the tile (and rows past g) are zero.
   uint32_t qf[kD / 16][2];
+  float qsum = 0.0f;  // int4: the sum of head gid's q operands, which each row's minimum multiplies
   {
     const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
-      const int d0 = L::k_dim(t4, 4 * kc);
-      qf[kc][0] = gid < g ? q_operand<kF16>(qp + d0) : 0u;
-      qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
+      if constexpr (L::kI4) {
+        // MMA kc takes nibbles n0, n0 + 4 (b0) and n0 + 1, n0 + 5 (b1) of word kc / 2 (int4_k).
+        const int d = t4 * (kD / 4) + (kc / 2) * 8 + 2 * (kc % 2);
+        const auto q2 = [&](int a, int b) { return pack_half2(bf16_bits_to_float(qp[a]), bf16_bits_to_float(qp[b])); };
+        qf[kc][0] = gid < g ? q2(d, d + 4) : 0u;
+        qf[kc][1] = gid < g ? q2(d + 1, d + 5) : 0u;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float2 f = half2_bits_to_float2(qf[kc][r]);
+          qsum += f.x + f.y;
+        }
+      } else {
+        const int d0 = L::k_dim(t4, 4 * kc);
+        qf[kc][0] = gid < g ? q_operand<kF16>(qp + d0) : 0u;
+        qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
+      }
     }
+    qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
+    qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
   }
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
   // O^T = V^T · P^T (d as the MMA rows, heads as the 8 columns): half the MMAs and accumulators of
@@ -265,6 +310,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
   for (int mt = 0; mt < kD / 16; ++mt) ot[mt][0] = ot[mt][1] = ot[mt][2] = ot[mt][3] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // of head (row) gid
+  float mn = 0.0f;                // int4: sum over tokens of p * V's row minimum, head gid
 
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
@@ -272,31 +318,72 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     issue(it + kStages - 1, next_slot);
     next_slot = load_slot(it + kStages);
     const int t0 = start + (warp + 4 * it) * kStep;
-    const unsigned char* s_k = warp_ptr + (it % kStages) * 2 * L::kTileBytes;
+    const unsigned char* s_k = warp_ptr + (it % kStages) * L::kStageBytes;
     const unsigned char* s_v = s_k + L::kTileBytes;
+    // int8: each row's scale (fp32); int4: its fp16 scale and minimum. Of the thread's tokens
+    // 2 t4 + {0, 1, 8, 9}: S's columns and P^T's k indices alike.
+    float ks[4] = {1.0f, 1.0f, 1.0f, 1.0f}, kmin[4] = {}, vs[4] = {1.0f, 1.0f, 1.0f, 1.0f}, vmin[4] = {};
+    if constexpr (L::kRowParams) {
+      const uint32_t* s_par = reinterpret_cast<const uint32_t*>(s_v + L::kTileBytes);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tok = 2 * t4 + (i & 1) + (i >> 1) * 8;
+        const uint32_t kp = s_par[tok], vp = s_par[kStep + tok];
+        if constexpr (L::kI4) {
+          const float2 kf = half2_bits_to_float2(kp), vf = half2_bits_to_float2(vp);
+          ks[i] = kf.x;
+          kmin[i] = kf.y;
+          vs[i] = vf.x;
+          vmin[i] = vf.y;
+        } else {
+          ks[i] = __uint_as_float(kp);
+          vs[i] = __uint_as_float(vp);
+        }
+      }
+    }
 
     // S = Q · K^T for the step's 16 tokens: n-tile nt holds tokens 8 nt + gid (B operand rows).
     float s[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int r = nt * 8 + gid;
-      uint32_t w[L::kKChunks * 4];
-#pragma unroll
-      for (int i = 0; i < L::kKChunks; ++i) {
-        const uint4 c = *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, i)) * 16);
-        w[4 * i] = c.x;
-        w[4 * i + 1] = c.y;
-        w[4 * i + 2] = c.z;
-        w[4 * i + 3] = c.w;
-      }
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-      for (int kc = 0; kc < kD / 16; ++kc) {
-        const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
-        if constexpr (L::kFp8) {
-          mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
+      if constexpr (L::kI4) {
+        uint32_t w[L::kI4KWords];
+        const int byte = t4 * (kD / 8);
+        const unsigned char* at = s_k + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
+        if constexpr (L::kI4KWords == 4) {
+          const uint4 c = *reinterpret_cast<const uint4*>(at);
+          w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
         } else {
-          mma_16816<kF16>(s[nt], a, w[2 * kc], w[2 * kc + 1]);
+          const uint2 c = *reinterpret_cast<const uint2*>(at);
+          w[0] = c.x, w[1] = c.y;
+        }
+#pragma unroll
+        for (int kc = 0; kc < kD / 16; ++kc) {
+          const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
+          const int n0 = 2 * (kc % 2);
+          mma_16816<kF16>(s[nt], a, i4x2_to_half2(w[kc / 2] >> (4 * n0)), i4x2_to_half2(w[kc / 2] >> (4 * n0 + 4)));
+        }
+      } else {
+        uint32_t w[L::kKChunks * 4];
+#pragma unroll
+        for (int i = 0; i < L::kKChunks; ++i) {
+          const uint4 c =
+              *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, i)) * 16);
+          w[4 * i] = c.x;
+          w[4 * i + 1] = c.y;
+          w[4 * i + 2] = c.z;
+          w[4 * i + 3] = c.w;
+        }
+#pragma unroll
+        for (int kc = 0; kc < kD / 16; ++kc) {
+          const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
+          if constexpr (L::kFp8) {
+            mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
+          } else {
+            mma_16816<kF16>(s[nt], a, w[2 * kc], w[2 * kc + 1]);
+          }
         }
       }
     }
@@ -306,7 +393,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float v = t0 + nt * 8 + 2 * t4 + e < end ? s[nt][e] * sc : -INFINITY;
+        // The row's scale (and minimum times the sum of q) turn q . codes into q . k.
+        const float qk = fmaf(s[nt][e], ks[2 * nt + e], kmin[2 * nt + e] * qsum);
+        const float v = t0 + nt * 8 + 2 * t4 + e < end ? qk * sc : -INFINITY;
         s[nt][e] = v;
         mx = fmaxf(mx, v);
       }
@@ -316,6 +405,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     const float corr = safe_exp2(m, mx);
     m = mx;
     l *= corr;
+    mn *= corr;
     // This thread's output columns are heads 2 t4 and 2 t4 + 1: their quads' corrections.
     const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t4), corr1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
 #pragma unroll
@@ -331,17 +421,31 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       for (int e = 0; e < 2; ++e) {
         s[nt][e] = safe_exp2(s[nt][e], mx);
         l += s[nt][e];
+        if constexpr (L::kI4) mn = fmaf(s[nt][e], vmin[2 * nt + e], mn);
       }
     }
     // O^T += V^T · P^T. The k index is the token (2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9), as S's
     // columns, so S's accumulators of head gid are P^T's operand for column gid as they are.
-    const uint32_t pb0 = pack_operand<kF16>(s[0][0], s[0][1]), pb1 = pack_operand<kF16>(s[1][0], s[1][1]);
-    uint32_t vw[4][L::kVWords];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
+    // V's row scales fold into P (int8, int4); l stays the sum of p.
+    const uint32_t pb0 = pack_operand<kF16>(s[0][0] * vs[0], s[0][1] * vs[1]),
+                   pb1 = pack_operand<kF16>(s[1][0] * vs[2], s[1][1] * vs[3]);
+    constexpr int kVw = L::kI4 ? (L::kI4VBytes + 3) / 4 : L::kVWords;
+    uint32_t vw[4][kVw];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
 #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
       const int r = 2 * t4 + (q4 & 1) + (q4 >> 1) * 8;
       const unsigned char* row = s_v + r * L::kRowBytes;
-      if constexpr (L::kVWords == 2) {  // FP8, head dim 64: 8 bytes
+      if constexpr (L::kI4) {
+        const int byte = gid * L::kI4VBytes;
+        const unsigned char* at = row + L::swizzle(r, byte / 16) * 16 + byte % 16;
+        if constexpr (kVw == 2) {
+          const uint2 c = *reinterpret_cast<const uint2*>(at);
+          vw[q4][0] = c.x;
+          vw[q4][1] = c.y;
+        } else {
+          vw[q4][0] = *reinterpret_cast<const uint32_t*>(at);
+        }
+      } else if constexpr (L::kVWords == 2) {  // one byte a value, head dim 64: 8 bytes
         const int byte = L::v_byte(gid, 0);
         const uint2 c = *reinterpret_cast<const uint2*>(row + L::swizzle(r, byte / 16) * 16 + byte % 16);
         vw[q4][0] = c.x;
@@ -360,6 +464,12 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     }
     // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
     const auto pair = [&](int q4, int u) -> uint32_t {
+      if constexpr (L::kI4) {
+        // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side.
+        const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
+        const int byte = (u / 2) % 4;
+        return i4x2_to_half2(__byte_perm(x, y, byte | ((byte + 4) << 8)) >> (4 * (u % 2)));
+      }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
       if constexpr (L::kFp8) {
         const int byte = u % 4;  // the two tokens' bytes of value u, side by side
@@ -377,6 +487,10 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if constexpr (L::kI4) {
+    mn += __shfl_xor_sync(0xffffffffu, mn, 1);
+    mn += __shfl_xor_sync(0xffffffffu, mn, 2);
+  }
 
   // Merge the four warps' states through shared memory, un-permuting d.
   __syncthreads();
@@ -393,9 +507,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   if (t4 == 0) {
     s_m[half][warp][gid] = m;
     s_l[half][warp][gid] = l;
+    if constexpr (L::kI4) s_mn[half][warp][gid] = mn;
   }
   __syncthreads();
-  if (head_ok) decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], threadIdx.x % 128, 128);
+  if (head_ok) {
+    decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], L::kI4 ? &s_mn[half][0][0] : nullptr,
+                                      threadIdx.x % 128, 128);
+  }
   if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
 }
 
@@ -420,8 +538,8 @@ template <DType kKv, int kD, int kHeads>
 void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) {
   using L = DecodeStream<kKv, kD, kHeads>;
   decode_stream_configure<kKv, kD, kHeads>();
-launch_dependent(attention_decode_stream_kernel<kKv, kD, kHeads>,
-                   dim3(p.num_splits, p.num_seqs, ceil_div(p.num_kv_heads, kHeads)), dim3(L::kThreads), L::kSmemBytes,
+  launch_dependent(attention_decode_stream_kernel<kKv, kD, kHeads>,
+                   dim3(ceil_div(p.num_kv_heads, kHeads), p.num_seqs, p.num_splits), dim3(L::kThreads), L::kSmemBytes,
                    stream, p);
 }
 

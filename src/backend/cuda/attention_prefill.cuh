@@ -23,7 +23,7 @@ __device__ __forceinline__ uint4 to_operand8(const typename KvTraits<kKv>::Raw8&
   if constexpr (kKv == DType::kBF16 || kKv == DType::kF16) {
     return r;  // already the operand type
   } else {
-    return KvTraits<kKv>::to_half8(r);  // FP8 to fp16 operands, exact
+    return KvTraits<kKv>::to_half8(r);  // FP8 to fp16 operands, exact; int8/int4 rounded once
   }
 }
 
@@ -95,7 +95,6 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) attention_prefill_kernel(c
   const int r_last = min(r0 + kTileRows, rows) - 1;
   const int kv_end = prefix + r_last / g + 1;
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
-  const int64_t slot_stride = int64_t{p.num_kv_heads} * kD;
   const int32_t* indices = p.kv_indices + kv_begin;
 
   // Thread-owned chunks of a K/V tile: chunk i is token (tid + i * kThreads) / (D / 8), columns
@@ -110,9 +109,10 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) attention_prefill_kernel(c
       rk[i] = Raw8{};
       rv[i] = Raw8{};
       if (c < kv_end) {
-        const int64_t off = indices[c] * slot_stride + h * kD + (idx % (kD / 8)) * 8;
-        rk[i] = load_raw8<kKv>(p.k_pool, off);
-        rv[i] = load_raw8<kKv>(p.v_pool, off);
+        const int64_t row = int64_t{indices[c]} * p.num_kv_heads + h;
+        const int col = (idx % (kD / 8)) * 8;
+        rk[i] = load_kv8<kKv>(p.k_pool, p.k_rows, row, kD, col);
+        rv[i] = load_kv8<kKv>(p.v_pool, p.v_rows, row, kD, col);
       }
     }
   };

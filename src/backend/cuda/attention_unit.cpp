@@ -9,10 +9,11 @@
 namespace serve8 {
 namespace {
 
-constexpr DType kPoolDtypes[4] = {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3};
+constexpr DType kPoolDtypes[kAttentionPoolDtypes] = {DType::kBF16,    DType::kF16, DType::kFP8E5M2,
+                                                     DType::kFP8E4M3, DType::kI8,  DType::kI4};
 
 int pool_dtype_index(DType t) {
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kAttentionPoolDtypes; ++i)
     if (kPoolDtypes[i] == t) return i;
   return -1;
 }
@@ -52,7 +53,7 @@ void AttentionUnit::reserve(int max_seqs, int num_q_heads, int num_kv_heads, int
   num_kv_heads_ = num_kv_heads;
   head_dim_ = head_dim;
   if (!attention_fast_path(head_dim, num_q_heads / num_kv_heads)) return;  // the generic kernel needs nothing
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kAttentionPoolDtypes; ++i) {
     for (int h = 1; h <= 2; ++h) blocks_per_sm_[i][h - 1] = decode_blocks_per_sm(kPoolDtypes[i], head_dim, h);
   }
   size_t floats = 0;
@@ -89,8 +90,7 @@ AttentionUnit::Plan AttentionUnit::plan(const ForwardBatch& batch, DType kv_dtyp
   return p;
 }
 
-void AttentionUnit::run(AttentionParams p, const Plan& plan, const int32_t* work_seq,
-                        const int32_t* work_row0) const {
+void AttentionUnit::run(AttentionParams p, const Plan& plan, const int32_t* work_seq, const int32_t* work_row0) const {
   const DType kv = plan.shape.kv_dtype;
   if (plan.prefill.num_work > 0) {
     p.work_seq = work_seq;

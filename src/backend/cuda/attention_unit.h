@@ -10,6 +10,9 @@
 
 namespace serve8 {
 
+// The pool dtypes the tensor-core kernels serve: bf16, fp16, fp8_e5m2, fp8_e4m3, int8, int4.
+constexpr int kAttentionPoolDtypes = 6;
+
 class AttentionUnit {
  public:
   AttentionUnit(cudaStream_t stream, int sms, AttentionOptions options);
@@ -43,8 +46,8 @@ class AttentionUnit {
   int sms_;
   AttentionOptions options_;
   int max_seqs_ = 0, num_q_heads_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
-  // Decode kernel occupancy per KV dtype (bf16, fp16, e5m2, e4m3) and KV heads a block (1, 2).
-  int blocks_per_sm_[4][2] = {};
+  // Decode kernel occupancy per KV dtype (kPoolDtypes) and KV heads a block (1, 2).
+  int blocks_per_sm_[kAttentionPoolDtypes][2] = {};
   float* partials_ = nullptr;  // split partials: o, then lse
   size_t partial_floats_ = 0;
   int* counters_ = nullptr;  // one per (sequence, block of KV heads); zero between launches

@@ -18,8 +18,9 @@ struct KvGeometry {
 
 KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
   SERVE8_CHECK(kv.k.ndim == 3, "{}: kv.k has shape {}, expected [slots, kv_heads, head_dim]", op, kv.k.shape_str());
-  const KvGeometry g{kv.k.dim(0), kv.k.dim(1), kv.k.dim(2)};
-  SERVE8_CHECK(kv.v.ndim == 3 && kv.v.dim(0) == g.num_slots && kv.v.dim(1) == g.heads && kv.v.dim(2) == g.head_dim &&
+  const int64_t width = kv.k.dim(2);
+  const KvGeometry g{kv.k.dim(0), kv.k.dim(1), kv.k.dtype == DType::kI4 ? 2 * width : width};
+  SERVE8_CHECK(kv.v.ndim == 3 && kv.v.dim(0) == g.num_slots && kv.v.dim(1) == g.heads && kv.v.dim(2) == width &&
                    kv.v.dtype == kv.k.dtype,
                "{}: kv.v is {} {} but kv.k is {} {}", op, dtype_name(kv.v.dtype), kv.v.shape_str(),
                dtype_name(kv.k.dtype), kv.k.shape_str());
@@ -30,11 +31,26 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
     case DType::kFP8E4M3:
     case DType::kF32:  // with fp32 activations only (checked by the ops)
       break;
-    case DType::kI32:
     case DType::kI8:
     case DType::kI4:
-      fail("{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3 or fp32)", op,
-           dtype_name(kv.k.dtype));
+      SERVE8_CHECK(g.head_dim == 64 || g.head_dim == 128, "{}: {} KV needs head_dim 64 or 128 on CUDA, got {}", op,
+                   dtype_name(kv.k.dtype), g.head_dim);
+      for (const Tensor* t : {&kv.k_row_scale, &kv.v_row_scale}) {
+        SERVE8_CHECK(t->data && t->numel() * static_cast<int64_t>(dtype_size(t->dtype)) == 4 * g.num_slots * g.heads,
+                     "{}: {} KV needs 4 bytes of row parameters per slot and KV head, got {} {}", op,
+                     dtype_name(kv.k.dtype), dtype_name(t->dtype), t->shape_str());
+      }
+      for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
+        SERVE8_CHECK(t->data && t->dtype == DType::kF32 && t->numel() == g.heads * g.head_dim,
+                     "{}: {} KV needs fp32 K and V means [{}, {}], got {} {}", op, dtype_name(kv.k.dtype), g.heads,
+                     g.head_dim, dtype_name(t->dtype), t->shape_str());
+      }
+      break;
+    case DType::kI32:
+      fail(
+          "{}: KV storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3, int8, int4 or "
+          "fp32)",
+          op, dtype_name(kv.k.dtype));
   }
   for (const Tensor* s : {&kv.k_scale, &kv.v_scale}) {
     SERVE8_CHECK(s->dtype == DType::kF32 && s->ndim == 1 && s->dim(0) == g.heads,
@@ -42,6 +58,9 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
   }
   return g;
 }
+
+// The orthonormal Walsh-Hadamard transform's factor, as the CPU reference computes it.
+float hadamard_norm(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
@@ -94,6 +113,7 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
   limits_.head_dim = limits.head_dim;
   attention_->reserve(limits_.max_seqs, limits.num_q_heads, limits.num_kv_heads, limits.head_dim);
   reserve_batch_arrays();
+  reserve_rotation();
 }
 
 // The fixed arrays, one after another in one allocation: per token, per sequence, the prefill
@@ -229,7 +249,32 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
   p.num_kv_heads = static_cast<int>(g.heads);
   p.head_dim = static_cast<int>(g.head_dim);
   p.kv_dtype = kv.k.dtype;
+  if (kv_dtype_is_rotated(kv.k.dtype)) {
+    SERVE8_CHECK(k.dtype == DType::kBF16, "{}: {} KV takes bf16 k and v, got {}", op, dtype_name(kv.k.dtype),
+                 dtype_name(k.dtype));
+    p.k_rows = kv.k_row_scale.data;
+    p.v_rows = kv.v_row_scale.data;
+    p.k_mean = kv.k_mean.ptr<const float>();
+    p.v_mean = kv.v_mean.ptr<const float>();
+    p.norm = hadamard_norm(g.head_dim);
+    launch_kv_store_rotated(p, stream_);
+    return;
+  }
   launch_kv_store(p, stream_);
+}
+
+// The int8/int4 pools' rotated q: a buffer for the most tokens a step has, once such a pool exists.
+void CudaBackend::reserve_rotation() {
+  if (!rotated_pool_ || limits_.max_tokens == 0) return;
+  const size_t bytes = static_cast<size_t>(limits_.max_tokens) * static_cast<size_t>(limits_.num_q_heads) *
+                       static_cast<size_t>(limits_.head_dim) * 2;
+  if (bytes <= rotated_q_bytes_) return;
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (rotated_q_) SERVE8_CUDA_CHECK(cudaFree(rotated_q_));
+  rotated_q_ = nullptr;
+  rotated_q_bytes_ = 0;
+  SERVE8_CUDA_CHECK(cudaMalloc(&rotated_q_, bytes));
+  rotated_q_bytes_ = bytes;
 }
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
@@ -264,6 +309,10 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
                "{}: head_dim {} with GQA group {} ({} q heads over {} kv heads) and KV dtype {} is not supported on "
                "CUDA (head_dim 64 or 128 with groups 1..8; head_dim 8, 16 or 32 with any group)",
                op, g.head_dim, group, hq, g.heads, dtype_name(kv.k.dtype));
+  SERVE8_CHECK(fast || !kv_dtype_is_rotated(kv.k.dtype),
+               "{}: {} KV runs on the tensor-core kernels only (bf16 q, head_dim 64 or 128, groups 1..8), got {} q "
+               "with head_dim {} and group {}",
+               op, dtype_name(kv.k.dtype), dtype_name(q.dtype), g.head_dim, group);
   if (batch.num_tokens == 0) return;
 
   AttentionParams p;
@@ -293,7 +342,32 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
                "{}: q has {} heads over a {} pool, but the batch was planned for {} q heads over {} (reserve_steps, "
                "upload_batch)",
                op, hq, dtype_name(kv.k.dtype), attention_->num_q_heads(), dtype_name(plan_.shape.kv_dtype));
+  if (!kv_dtype_is_rotated(kv.k.dtype)) {
+    attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
+    return;
+  }
+  // int8/int4 rows are rotated by H: q . k = (H q) . (H k), and the output comes back as H o (its
+  // mean, which the rows were stored less, added back).
+  const size_t q_bytes = static_cast<size_t>(q.numel()) * 2;
+  SERVE8_CHECK(q_bytes <= rotated_q_bytes_,
+               "{}: {} tokens of q exceed the rotation buffer reserved for {} (reserve_steps)", op, batch.num_tokens,
+               limits_.max_tokens);
+  HadamardRowsParams h;
+  h.x = q.data;
+  h.out = rotated_q_;
+  h.rows = batch.num_tokens * hq;
+  h.heads = static_cast<int>(hq);
+  h.group = group;
+  h.head_dim = static_cast<int>(g.head_dim);
+  h.norm = hadamard_norm(g.head_dim);
+  launch_hadamard_rows(h, stream_);
+  p.q = rotated_q_;
+  p.k_rows = kv.k_row_scale.data;
+  p.v_rows = kv.v_row_scale.data;
   attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
+  h.x = h.out = out.data;
+  h.mean = kv.v_mean.ptr<const float>();
+  launch_hadamard_rows(h, stream_);
 }
 
 }  // namespace serve8

@@ -36,12 +36,17 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
                    "kv cache: fp32 storage needs fp32 compute (--dtype float32); this backend computes in {}",
                    dtype_name(compute));
       break;
-    case DType::kI32:
     case DType::kI8:
     case DType::kI4:
+      SERVE8_CHECK(compute == DType::kBF16 && (c.head_dim == 64 || c.head_dim == 128),
+                   "kv cache: {} on CUDA needs bf16 compute and head_dim 64 or 128 (the tensor-core kernels), but "
+                   "this model computes in {} with head_dim {}",
+                   dtype_name(c.dtype), dtype_name(compute), c.head_dim);
+      break;
+    case DType::kI32:
       fail(
-          "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2 or fp8_e4m3, or fp32 "
-          "with --dtype float32)",
+          "kv cache: storage dtype {} is not supported on CUDA (expected bf16, fp16, fp8_e5m2, fp8_e4m3, int8 or "
+          "int4, or fp32 with --dtype float32)",
           dtype_name(c.dtype));
   }
   SERVE8_CHECK(compute != DType::kF32 || attention_fp32_path(c.head_dim, 1),
@@ -50,21 +55,28 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
                c.head_dim);
 }
 
-// The pool: one allocation holding every layer's K and V ([slots, Hkv, D] each, in the storage
-// dtype), then the K scales and the V scales ([layers * Hkv] fp32 each).
+// The pool: one allocation holding every layer's K and V ([slots, Hkv, width] each, in the storage
+// dtype), for int8/int4 every layer's K and V row parameters ([slots, Hkv] of 4 bytes each), then
+// the K scales and the V scales ([layers * Hkv] fp32 each), and for int8/int4 the K and V means
+// ([layers * Hkv * D] fp32 each).
 class CudaKvCache final : public KvCache {
  public:
   CudaKvCache(CudaBackend& backend, const KvCacheConfig& config, const KvScales& scales)
-      : backend_(backend), config_(config) {
+      : backend_(backend), config_(config), rotated_(kv_dtype_is_rotated(config.dtype)) {
     check_kv_config(config, backend.compute_dtype());
     check_kv_cache_args(config, scales);
-    const size_t row =
-        static_cast<size_t>(config.num_kv_heads) * static_cast<size_t>(config.head_dim) * dtype_size(config.dtype);
-    layer_bytes_ = (static_cast<size_t>(config.num_slots) * row + 255) / 256 * 256;
-    const size_t scale_count = static_cast<size_t>(config.num_layers) * static_cast<size_t>(config.num_kv_heads);
-    const size_t bytes = 2 * layer_bytes_ * static_cast<size_t>(config.num_layers) + 2 * scale_count * sizeof(float);
+    const auto layers = static_cast<size_t>(config.num_layers);
+    const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
+    const size_t width = static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim));
+    layer_bytes_ = (rows * width * dtype_size(config.dtype) + 255) / 256 * 256;
+    row_param_bytes_ = rotated_ ? (rows * 4 + 255) / 256 * 256 : 0;
+    const size_t scale_count = layers * static_cast<size_t>(config.num_kv_heads);
+    const size_t mean_count = rotated_ ? scale_count * static_cast<size_t>(config.head_dim) : 0;
+    const size_t pools = 2 * (layer_bytes_ + row_param_bytes_) * layers;
+    const size_t bytes = pools + 2 * (scale_count + mean_count) * sizeof(float);
     base_ = static_cast<char*>(backend_.alloc(bytes));
-    scales_ = reinterpret_cast<float*>(base_ + 2 * layer_bytes_ * static_cast<size_t>(config.num_layers));
+    scales_ = reinterpret_cast<float*>(base_ + pools);
+    means_ = scales_ + 2 * scale_count;
     set_scales(scales);
     SERVE8_CHECK(config.max_requests > 0 && config.max_context_len > 0,
                  "kv cache: the request table needs rows and a context length ({} x {})", config.max_requests,
@@ -92,10 +104,25 @@ class CudaKvCache final : public KvCache {
     const int64_t heads = config_.num_kv_heads;
     const size_t scale_count = static_cast<size_t>(config_.num_layers) * static_cast<size_t>(heads);
     KvLayer l;
-    l.k = Tensor(base_ + 2 * li * layer_bytes_, config_.dtype, {config_.num_slots, heads, config_.head_dim});
-    l.v = Tensor(base_ + (2 * li + 1) * layer_bytes_, config_.dtype, {config_.num_slots, heads, config_.head_dim});
+    const int64_t width = kv_pool_width(config_.dtype, config_.head_dim);
+    l.k = Tensor(base_ + 2 * li * layer_bytes_, config_.dtype, {config_.num_slots, heads, width});
+    l.v = Tensor(base_ + (2 * li + 1) * layer_bytes_, config_.dtype, {config_.num_slots, heads, width});
     l.k_scale = Tensor(scales_ + li * static_cast<size_t>(heads), DType::kF32, {heads});
     l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
+    if (rotated_) {
+      char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + 2 * li * row_param_bytes_;
+      const bool i4 = config_.dtype == DType::kI4;
+      const auto params = [&](char* at) {
+        return i4 ? Tensor(at, DType::kF16, {config_.num_slots, heads, 2})
+                  : Tensor(at, DType::kF32, {config_.num_slots, heads});
+      };
+      l.k_row_scale = params(rows);
+      l.v_row_scale = params(rows + row_param_bytes_);
+      const size_t at = li * static_cast<size_t>(heads) * static_cast<size_t>(config_.head_dim);
+      const size_t mean_count = scale_count * static_cast<size_t>(config_.head_dim);
+      l.k_mean = Tensor(means_ + at, DType::kF32, {heads, config_.head_dim});
+      l.v_mean = Tensor(means_ + mean_count + at, DType::kF32, {heads, config_.head_dim});
+    }
     return l;
   }
 
@@ -105,14 +132,24 @@ class CudaKvCache final : public KvCache {
     const size_t n = scales.k.size();
     backend_.copy_to_device(scales_, scales.k.data(), n * sizeof(float));
     backend_.copy_to_device(scales_ + n, scales.v.data(), n * sizeof(float));
+    if (!rotated_) return;
+    // The means the rows are centred on; zeros when none are given.
+    const size_t m = n * static_cast<size_t>(config_.head_dim);
+    for (const auto& [src, dst] : {std::pair{&scales.k_mean, means_}, std::pair{&scales.v_mean, means_ + m}}) {
+      const std::vector<float> zeros(src->empty() ? m : 0, 0.0f);
+      backend_.copy_to_device(dst, src->empty() ? zeros.data() : src->data(), m * sizeof(float));
+    }
   }
 
  private:
   CudaBackend& backend_;
   KvCacheConfig config_;
+  bool rotated_ = false;
   size_t layer_bytes_ = 0;
+  size_t row_param_bytes_ = 0;
   char* base_ = nullptr;
   float* scales_ = nullptr;
+  float* means_ = nullptr;
   int32_t* table_ = nullptr;
 };
 
@@ -154,6 +191,7 @@ CudaBackend::~CudaBackend() {
   sampler_.reset();
   attention_.reset();
   if (arrays_) cudaFree(arrays_);
+  if (rotated_q_) cudaFree(rotated_q_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -211,6 +249,10 @@ size_t CudaBackend::total_memory() const {
 
 std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& config, const KvScales& scales) {
   auto kv = std::make_unique<CudaKvCache>(*this, config, scales);
+  if (kv_dtype_is_rotated(config.dtype)) {
+    rotated_pool_ = true;
+    reserve_rotation();
+  }
   // A step reads at most every row of the table whole (padded rows add one entry each).
   const auto entries = static_cast<int64_t>(CudaKvCache::table_entries(config));
   if (entries > kv_capacity_) {

@@ -94,6 +94,8 @@ class CudaBackend final : public Backend {
   void check_current_batch(const DeviceBatch& batch, const char* op) const;
   // Sizes the fixed batch arrays for limits_ and KV caches of up to kv_capacity_ KV entries a step.
   void reserve_batch_arrays();
+  // Sizes rotated_q_ for limits_ once an int8/int4 pool exists (q rotated into their space).
+  void reserve_rotation();
   void rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor out,
                     const Fp8Rows* fp8);
 
@@ -116,6 +118,9 @@ class CudaBackend final : public Backend {
   const void* batch_tokens_ = nullptr;  // device address of the current batch's tokens
   AttentionUnit::Plan plan_;            // of the current batch
   std::vector<int32_t> work_seq_, work_row0_;  // its prefill work list, on the host
+  bool rotated_pool_ = false;                  // an int8/int4 KV cache was made
+  void* rotated_q_ = nullptr;                  // [max_tokens, Hq, D] bf16: q rotated for it
+  size_t rotated_q_bytes_ = 0;
 };
 
 }  // namespace serve8

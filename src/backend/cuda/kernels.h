@@ -101,7 +101,6 @@ struct Fp8ScaleParams {
 };
 void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
 
-
 // Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
 // to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
 struct KvStoreParams {
@@ -117,32 +116,55 @@ struct KvStoreParams {
   int num_kv_heads = 0;
   int head_dim = 0;
   DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3; fp32 from fp32 k, v only
+  // int8 and int4 (bf16 k, v; head_dim 64 or 128): each row less its head's mean, rotated by the
+  // Walsh-Hadamard transform (times norm = 1 / sqrt(head_dim)), then quantized with its own
+  // parameters into k_rows / v_rows ([slots, Hkv] of 4 bytes), as the CPU backend's kv_store.
+  void* k_rows = nullptr;
+  void* v_rows = nullptr;
+  const float* k_mean = nullptr;  // [Hkv, D]
+  const float* v_mean = nullptr;
+  float norm = 1.0f;
 };
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
+void launch_kv_store_rotated(const KvStoreParams& p, cudaStream_t stream);
+
+// out[r] = H x[r] * norm (+ mean[(r % heads) / group]) for bf16 rows of head_dim 64 or 128: q into
+// an int8/int4 pool's rotated space, and the attention output back out of it with V's mean.
+struct HadamardRowsParams {
+  const void* x = nullptr;
+  void* out = nullptr;          // may be x
+  const float* mean = nullptr;  // optional: [heads / group, head_dim]
+  int64_t rows = 0;
+  int heads = 1;
+  int group = 1;
+  int head_dim = 0;
+  float norm = 1.0f;
+};
+void launch_hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream);
 
 // Turns an uploaded batch (`in`: the ForwardBatch's arrays packed one after another) into the fixed
 // arrays the step's kernels read (`out`): writes each sequence's new slots into its row of the
 // request -> slot table, reads the row's first kv_len slots out as kv_indices (CSR over kv_indptr)
 // and its new tokens' slots as out_slots, and copies the other arrays.
 struct BatchArrays {
-  int32_t* tokens = nullptr;      // [T]
-  int32_t* positions = nullptr;   // [T]
-  int32_t* qo_indptr = nullptr;   // [B + 1]
-  int32_t* kv_indptr = nullptr;   // [B + 1]
-  int32_t* work_seq = nullptr;    // [W] the attention plan's prefill work list
-  int32_t* work_row0 = nullptr;   // [W]
+  int32_t* tokens = nullptr;     // [T]
+  int32_t* positions = nullptr;  // [T]
+  int32_t* qo_indptr = nullptr;  // [B + 1]
+  int32_t* kv_indptr = nullptr;  // [B + 1]
+  int32_t* work_seq = nullptr;   // [W] the attention plan's prefill work list
+  int32_t* work_row0 = nullptr;  // [W]
 };
 struct BatchUnpackParams {
-  BatchArrays in;                        // packed, as uploaded
-  const int32_t* req_rows = nullptr;     // [B]
+  BatchArrays in;                            // packed, as uploaded
+  const int32_t* req_rows = nullptr;         // [B]
   const int32_t* new_slot_indptr = nullptr;  // [B + 1]
   const int32_t* new_slots = nullptr;
-  BatchArrays out;                       // fixed
-  int32_t* token_seq = nullptr;          // [T]
-  int32_t* last_token_rows = nullptr;    // [B]
-  int32_t* out_slots = nullptr;          // [T]
-  int32_t* kv_indices = nullptr;         // [kv_indptr[B]]
-  int32_t* table = nullptr;              // [rows, row_len]
+  BatchArrays out;                     // fixed
+  int32_t* token_seq = nullptr;        // [T]
+  int32_t* last_token_rows = nullptr;  // [B]
+  int32_t* out_slots = nullptr;        // [T]
+  int32_t* kv_indices = nullptr;       // [kv_indptr[B]]
+  int32_t* table = nullptr;            // [rows, row_len]
   int64_t row_len = 0;
   int num_seqs = 0;
   int num_work = 0;

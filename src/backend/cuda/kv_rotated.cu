@@ -1,0 +1,198 @@
+// The int8 and int4 pools' rotation on the GPU: their kv_store (centre, rotate, quantize each row
+// with its own parameters) and the Walsh-Hadamard transform of q and of the attention output.
+// The rotation repeats the CPU reference's butterflies in its order, so rotated rows (and int8's
+// codes) equal the CPU backend's bit for bit; int4's range search sums its squared errors in a
+// different order, so a near tie may pick another trim.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// x holds elements lane * kE .. + kE - 1 of a row of 32 * kE; in place, the orthonormal transform
+// (norm = 1 / sqrt(32 kE)). Each stage pairs j with j + len: a + b at j, a - b at j + len.
+template <int kE>
+__device__ __forceinline__ void warp_hadamard(float (&x)[kE], float norm) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int len = 1; len < kE; len <<= 1) {
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      if ((j & len) == 0) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const bool upper = lane & m;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      const float other = __shfl_xor_sync(0xffffffffu, x[j], m);
+      x[j] = upper ? other - x[j] : x[j] + other;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kE; ++j) x[j] *= norm;
+}
+
+// Identical in every lane: an xor butterfly adds the same two operands on both sides.
+__device__ __forceinline__ float warp_sum_exact(float v) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+
+__device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
+  return fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
+}
+
+// One warp per (K or V, token, head) row.
+template <DType kKv, int kE>
+__global__ void kv_store_rotated_kernel(const KvStoreParams p) {
+  allow_dependent_launch();
+  constexpr int kD = 32 * kE;
+  const int lane = threadIdx.x % 32;
+  const int64_t per_tensor = int64_t{p.num_tokens} * p.num_kv_heads;
+  const int64_t item = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (item >= 2 * per_tensor) return;
+  const bool is_v = item >= per_tensor;
+  const int64_t row = is_v ? item - per_tensor : item;  // token * Hkv + head
+  const int token = static_cast<int>(row / p.num_kv_heads);
+  const int head = static_cast<int>(row - int64_t{token} * p.num_kv_heads);
+  const auto* src = static_cast<const uint16_t*>(is_v ? p.v : p.k) + row * kD + lane * kE;
+  const float* mean = (is_v ? p.v_mean : p.k_mean) + head * kD + lane * kE;
+  const float scale = (is_v ? p.v_scale : p.k_scale)[head];
+  float x[kE];
+#pragma unroll
+  for (int j = 0; j < kE; ++j) x[j] = bf16_bits_to_float(src[j]) - mean[j];
+  warp_hadamard<kE>(x, p.norm);
+#pragma unroll
+  for (int j = 0; j < kE; ++j) x[j] = __fdiv_rn(x[j], scale);
+  const int64_t at = int64_t{p.out_slots[token]} * p.num_kv_heads + head;
+  void* rows = is_v ? p.v_rows : p.k_rows;
+  if constexpr (kKv == DType::kI8) {
+    // Symmetric: the row's largest |value| maps to 127.
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) amax = fmaxf(amax, fabsf(x[j]));
+    amax = warp_max(amax);
+    const float rs = __fdiv_rn(amax, 127.0f);
+    const float inv = rs > 0.0f ? __fdiv_rn(1.0f, rs) : 0.0f;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      const int c = static_cast<int>(fminf(fmaxf(rintf(__fmul_rn(x[j], inv)), -127.0f), 127.0f));
+      packed |= (static_cast<uint32_t>(c) & 0xffu) << (8 * j);
+    }
+    auto* dst = static_cast<int8_t*>(is_v ? p.v_pool : p.k_pool) + at * kD + lane * kE;
+    if constexpr (kE == 4) {
+      *reinterpret_cast<uint32_t*>(dst) = packed;
+    } else {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
+    }
+    if (lane == 0) static_cast<float*>(rows)[at] = rs;
+  } else {
+    // 16 codes from min to min + 15 scale; of 11 x 11 trims of each end (up to a fifth of the
+    // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row).
+    float lo = x[0], hi = x[0];
+#pragma unroll
+    for (int j = 1; j < kE; ++j) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
+    lo = -warp_max(-lo);
+    hi = warp_max(hi);
+    const float range = hi - lo;
+    float best_s = 0.0f, best_l = lo;
+    if (range > 0.0f) {
+      float best_err = INFINITY;
+      for (int a = 0; a <= 10; ++a) {
+        const float l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
+        for (int b = 0; b <= 10; ++b) {
+          const float s =
+              __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
+          const float inv = __frcp_rn(s);
+          float err = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kE; ++j) {
+            const float e = fmaf(quant_int4(x[j], l, inv), s, l) - x[j];
+            err = fmaf(e, e, err);
+          }
+          err = warp_sum_exact(err);
+          if (err < best_err) best_err = err, best_s = s, best_l = l;
+        }
+      }
+    }
+    // Codes against the stored fp16 parameters, which attention reads back.
+    const __half s16 = __float2half_rn(best_s), l16 = __float2half_rn(best_l);
+    const float s = __half2float(s16), l = __half2float(l16);
+    const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) packed |= static_cast<uint32_t>(quant_int4(x[j], l, inv)) << (4 * j);
+    auto* dst = static_cast<uint8_t*>(is_v ? p.v_pool : p.k_pool) + at * (kD / 2) + lane * (kE / 2);
+    if constexpr (kE == 4) {
+      *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
+    } else {
+      *dst = static_cast<uint8_t>(packed);
+    }
+    if (lane == 0) {
+      static_cast<uint32_t*>(rows)[at] = uint32_t{__half_as_ushort(s16)} | (uint32_t{__half_as_ushort(l16)} << 16);
+    }
+  }
+}
+
+template <int kE>
+__global__ void hadamard_rows_kernel(const HadamardRowsParams p) {
+  constexpr int kD = 32 * kE;
+  const int64_t r = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (r >= p.rows) return;
+  const int lane = threadIdx.x % 32;
+  const auto* src = static_cast<const uint16_t*>(p.x) + r * kD + lane * kE;
+  float x[kE];
+#pragma unroll
+  for (int j = 0; j < kE; ++j) x[j] = bf16_bits_to_float(src[j]);
+  warp_hadamard<kE>(x, p.norm);
+  if (p.mean) {
+    const float* mean = p.mean + (static_cast<int>(r % p.heads) / p.group) * kD + lane * kE;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) x[j] += mean[j];
+  }
+  auto* dst = static_cast<uint16_t*>(p.out) + r * kD + lane * kE;
+#pragma unroll
+  for (int j = 0; j < kE; ++j) dst[j] = float_to_bf16_bits(x[j]);
+}
+
+int warp_blocks(int64_t rows) { return static_cast<int>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+}  // namespace
+
+void launch_kv_store_rotated(const KvStoreParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return;
+  const int blocks = warp_blocks(2 * int64_t{p.num_tokens} * p.num_kv_heads);
+  const bool i8 = p.kv_dtype == DType::kI8;
+  if (p.head_dim == 128) {
+    (i8 ? kv_store_rotated_kernel<DType::kI8, 4>
+        : kv_store_rotated_kernel<DType::kI4, 4>)<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
+  } else {
+    (i8 ? kv_store_rotated_kernel<DType::kI8, 2>
+        : kv_store_rotated_kernel<DType::kI4, 2>)<<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("kv_store_rotated_kernel");
+}
+
+void launch_hadamard_rows(const HadamardRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  const int blocks = warp_blocks(p.rows);
+  if (p.head_dim == 128) {
+    hadamard_rows_kernel<4><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
+  } else {
+    hadamard_rows_kernel<2><<<blocks, 32 * kWarpsPerBlock, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("hadamard_rows_kernel");
+}
+
+}  // namespace serve8
