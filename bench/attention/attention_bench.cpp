@@ -211,14 +211,13 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   const KvLayer cl = cache->layer(0);
   gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
   gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
-  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 4 bytes per KV head
-    const size_t pb = static_cast<size_t>(h.hkv) * 4;
-    for (const auto& [g, c] :
-         {std::pair{&layer.k_row_scale, &cl.k_row_scale}, std::pair{&layer.v_row_scale, &cl.v_row_scale}}) {
-      Buffer pbuf(gpu, kv_len * pb);
-      gpu.gather_rows(Tensor(g->data, DType::kF32, {g->dim(0), h.hkv}), tidx, pbuf.view(DType::kF32, {kv_len, h.hkv}));
-      gpu.copy_to_host(static_cast<char*>(c->data) + pb, pbuf.data(), kv_len * pb);
-    }
+  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 8 bytes per KV head
+    const int64_t words = int64_t{h.hkv} * 2;
+    const size_t pb = static_cast<size_t>(words) * 4;
+    Buffer pbuf(gpu, kv_len * pb);
+    gpu.gather_rows(Tensor(layer.row_params.data, DType::kF32, {layer.row_params.dim(0), words}), tidx,
+                    pbuf.view(DType::kF32, {kv_len, words}));
+    gpu.copy_to_host(static_cast<char*>(cl.row_params.data) + pb, pbuf.data(), kv_len * pb);
   }
   // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
   std::vector<int32_t> slots(static_cast<size_t>(kv_len));
@@ -392,10 +391,9 @@ int run(int argc, char** argv) {
         fill_random(be, s, l.k.data, l.k.nbytes(), dt, gen);
         fill_random(be, s, l.v.data, l.v.nbytes(), dt, gen);
         if (kv_dtype_is_rotated(dt)) {
-          fill_row_params(be, s, l.k_row_scale, dt, gen);
-          fill_row_params(be, s, l.v_row_scale, dt, gen);
+          fill_row_params(be, s, l.row_params, dt, gen);
         }
-        // Bytes a (token, KV head) row of K or V takes: int8/int4 with their 4 bytes of parameters.
+        // Bytes a (token, KV head) row of K or V takes: int8/int4 with its 4 bytes of parameters.
         const double row_bytes = static_cast<double>(KvCacheConfig::kv_row_bytes(dt, h.d));
         const DeviceBatch db = be.upload_batch(fb, *cache);
         const Tensor tq = q.view(DType::kBF16, {t, h.hq, h.d}), to = out.view(DType::kBF16, {t, h.hq, h.d});

@@ -56,10 +56,10 @@ int int4_code(const Tensor& pool, int64_t i) {
 
 // The row of head_dim d at logical pool element `base`, before the head's scale and mean: decoded,
 // and for int8 / int4 with its row's scale (and minimum) and the rotation undone.
-std::vector<double> stored_row(const Tensor& pool, const Tensor& row_scale, int64_t base, int64_t d) {
+std::vector<double> stored_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t base, int64_t d) {
   std::vector<double> r(static_cast<size_t>(d));
   if (pool.dtype == DType::kI4) {
-    const uint16_t* p = row_scale.ptr<const uint16_t>() + 2 * (base / d);
+    const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * (base / d) + (is_v ? 2 : 0);
     for (int64_t e = 0; e < d; ++e)
       r[static_cast<size_t>(e)] = f16_to_f32(p[1]) + int4_code(pool, base + e) * double{f16_to_f32(p[0])};
   } else {
@@ -67,7 +67,7 @@ std::vector<double> stored_row(const Tensor& pool, const Tensor& row_scale, int6
   }
   if (!kv_dtype_is_rotated(pool.dtype)) return r;
   if (pool.dtype == DType::kI8)
-    for (double& x : r) x *= row_scale.ptr<const float>()[base / d];
+    for (double& x : r) x *= row_params.ptr<const float>()[2 * (base / d) + (is_v ? 1 : 0)];
   return times_hadamard(r);
 }
 
@@ -86,8 +86,7 @@ std::vector<double> rotated_row(const std::vector<float>& src, const std::vector
 // The value a K or V row stands for: stored_row times the head's scale, plus the head's mean.
 std::vector<double> row_value(const KvLayer& l, bool is_v, int64_t slot, int64_t head, int64_t d) {
   const int64_t heads = l.k_scale.dim(0);
-  std::vector<double> x =
-      stored_row(is_v ? l.v : l.k, is_v ? l.v_row_scale : l.k_row_scale, (slot * heads + head) * d, d);
+  std::vector<double> x = stored_row(is_v ? l.v : l.k, l.row_params, is_v, (slot * heads + head) * d, d);
   const double s = (is_v ? l.v_scale : l.k_scale).ptr<const float>()[head];
   const Tensor& mean = is_v ? l.v_mean : l.k_mean;
   for (int64_t e = 0; e < d; ++e)
@@ -265,7 +264,7 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
   for (const bool is_v : {false, true}) {
     const std::vector<float>& src = is_v ? vv : kv;
     const Tensor& pool = is_v ? l.v : l.k;
-    const float* row_scale = (is_v ? l.v_row_scale : l.k_row_scale).ptr<const float>();
+    const float* params = l.row_params.ptr<const float>();
     for (int64_t i = 0; i < t; ++i) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
@@ -273,21 +272,22 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
         const std::vector<double> rotated = rotated_row(src, {}, i, h, heads, d, layer);
         double amax = 0;
         for (const double x : rotated) amax = std::max(amax, std::abs(x));
-        EXPECT_NEAR(row_scale[at], amax / 127, 1e-5 * amax) << "token " << i << " head " << h;
+        const float row_scale = params[2 * at + (is_v ? 1 : 0)];
+        EXPECT_NEAR(row_scale, amax / 127, 1e-5 * amax) << "token " << i << " head " << h;
         int peak = 0;
         for (int64_t e = 0; e < d; ++e) {
           const double x = rotated[static_cast<size_t>(e)];
           const double q = stored(pool, at * d + e);
           peak = std::max(peak, static_cast<int>(std::abs(q)));
           // Rounded to the nearest step of the row's scale (the fast transform's fp32 rounding aside).
-          EXPECT_LE(std::abs(q * row_scale[at] - x), 0.501 * row_scale[at]) << "token " << i << " head " << h;
+          EXPECT_LE(std::abs(q * row_scale - x), 0.501 * row_scale) << "token " << i << " head " << h;
         }
         EXPECT_EQ(peak, amax > 0 ? 127 : 0) << "token " << i << " head " << h;
       }
     }
   }
   // Rows no token wrote keep their zero scale.
-  EXPECT_EQ(l.k_row_scale.ptr<const float>()[0], 0.0f);
+  EXPECT_EQ(l.row_params.ptr<const float>()[0], 0.0f);
   // The rotation needs a power-of-two head width.
   EXPECT_THROW(be->create_kv_cache({1, 2, 12, DType::kI8, 8}, KvScales::ones(1, 2)), Error);
 }
@@ -315,14 +315,14 @@ TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
   for (const bool is_v : {false, true}) {
     const std::vector<float>& src = is_v ? vv : kv;
     const Tensor& pool = is_v ? l.v : l.k;
-    const uint16_t* params = (is_v ? l.v_row_scale : l.k_row_scale).ptr<const uint16_t>();
+    const uint16_t* params = l.row_params.ptr<const uint16_t>() + (is_v ? 2 : 0);
     const std::vector<float>& mean = is_v ? scales.v_mean : scales.k_mean;
     for (int64_t i = 0; i < t; ++i) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
         const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
         const std::vector<double> x = rotated_row(src, mean, i, h, heads, d, layer);
-        const double s = f16_to_f32(params[2 * at]), lo = f16_to_f32(params[2 * at + 1]);
+        const double s = f16_to_f32(params[4 * at]), lo = f16_to_f32(params[4 * at + 1]);
         const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
         const double range = *mx - *mn;
         if (range < 1e-3) {  // the row that was its head's mean: nothing left to quantize

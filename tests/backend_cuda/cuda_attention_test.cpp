@@ -78,8 +78,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
     cpu_->kv_store(k.view({nf, hkv, d}), v.view({nf, hkv, d}), cpu_->upload_batch(s.fill, *cc), cl);
     if (dt != DType::kI4) {
       for (const auto& [g, c] :
-           {std::pair{&gl.k, &cl.k}, std::pair{&gl.v, &cl.v}, std::pair{&gl.k_row_scale, &cl.k_row_scale},
-            std::pair{&gl.v_row_scale, &cl.v_row_scale}}) {
+           {std::pair{&gl.k, &cl.k}, std::pair{&gl.v, &cl.v}, std::pair{&gl.row_params, &cl.row_params}}) {
         if (!c->data) continue;
         std::vector<char> bytes(c->nbytes());
         gpu_->copy_to_host(bytes.data(), g->data, bytes.size());
@@ -88,21 +87,24 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
     } else {
       // Rows (codes and parameters) that differ: near ties of the 121-trim search only.
       const int64_t rows = cl.k.dim(0) * hkv, row_bytes = d / 2;
+      std::vector<uint8_t> gr(cl.row_params.nbytes());
+      gpu_->copy_to_host(gr.data(), gl.row_params.data, gr.size());
+      const auto* cr = cl.row_params.ptr<const uint8_t>();
       int64_t differ = 0;
-      for (const auto& [pool, params] : {std::pair{&gl.k, &gl.k_row_scale}, std::pair{&gl.v, &gl.v_row_scale}}) {
-        const KvLayer& c = cl;
-        const Tensor& cp = pool == &gl.k ? c.k : c.v;
-        const Tensor& cr = pool == &gl.k ? c.k_row_scale : c.v_row_scale;
-        std::vector<uint8_t> gp(cp.nbytes()), gr(cr.nbytes());
-        gpu_->copy_to_host(gp.data(), pool->data, gp.size());
-        gpu_->copy_to_host(gr.data(), params->data, gr.size());
+      for (const bool is_v : {false, true}) {
+        const Tensor& gp = is_v ? gl.v : gl.k;
+        const Tensor& cp = is_v ? cl.v : cl.k;
+        std::vector<uint8_t> bytes(cp.nbytes());
+        gpu_->copy_to_host(bytes.data(), gp.data, bytes.size());
         for (int64_t r = 0; r < rows; ++r) {
-          differ += std::memcmp(gp.data() + r * row_bytes, cp.ptr<const uint8_t>() + r * row_bytes, row_bytes) != 0 ||
-                    std::memcmp(gr.data() + r * 4, cr.ptr<const uint8_t>() + r * 4, 4) != 0;
+          const int64_t w = 8 * r + (is_v ? 4 : 0);  // the row's 4 bytes of parameters
+          differ +=
+              std::memcmp(bytes.data() + r * row_bytes, cp.ptr<const uint8_t>() + r * row_bytes, row_bytes) != 0 ||
+              std::memcmp(gr.data() + w, cr + w, 4) != 0;
         }
-        gpu_->copy_to_device(pool->data, cp.data, gp.size());
-        gpu_->copy_to_device(params->data, cr.data, gr.size());
+        gpu_->copy_to_device(gp.data, cp.data, bytes.size());
       }
+      gpu_->copy_to_device(gl.row_params.data, cl.row_params.data, gr.size());
       EXPECT_LE(differ, 2 * nf * hkv / 100 + 1) << "int4 rows stored unlike the CPU's, of " << 2 * nf * hkv;
     }
 
@@ -152,8 +154,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       alt->kv_store(dk.view({nf, hkv, d}), dv.view({nf, hkv, d}), alt->upload_batch(s.fill, *ac), al);
       if (dt == DType::kI4) {  // the CPU's rows, as above
         for (const auto& [a, c] :
-             {std::pair{&al.k, &cl.k}, std::pair{&al.v, &cl.v}, std::pair{&al.k_row_scale, &cl.k_row_scale},
-              std::pair{&al.v_row_scale, &cl.v_row_scale}}) {
+             {std::pair{&al.k, &cl.k}, std::pair{&al.v, &cl.v}, std::pair{&al.row_params, &cl.row_params}}) {
           alt->copy_to_device(a->data, c->data, c->nbytes());
         }
       }

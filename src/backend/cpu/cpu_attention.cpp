@@ -78,13 +78,8 @@ KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_shape(kv.k_scale, {g.heads}, op, "kv.k_scale");
   check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
   if (kv_dtype_is_rotated(kv.k.dtype)) {
-    for (const Tensor* t : {&kv.k_row_scale, &kv.v_row_scale}) {
-      check_dtype(*t, i4 ? DType::kF16 : DType::kF32, op, "kv row scales");
-      if (i4)
-        check_shape(*t, {g.num_slots, g.heads, 2}, op, "kv row scales");
-      else
-        check_shape(*t, {g.num_slots, g.heads}, op, "kv row scales");
-    }
+    check_dtype(kv.row_params, i4 ? DType::kF16 : DType::kF32, op, "kv.row_params");
+    check_shape(kv.row_params, {g.num_slots, g.heads, i4 ? 4 : 2}, op, "kv.row_params");
     for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
       check_dtype(*t, DType::kF32, op, "kv means");
       check_shape(*t, {g.heads, g.head_dim}, op, "kv means");
@@ -129,7 +124,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
         if constexpr (std::is_same_v<S, Int4Pair>) {
           for (float& x : row) x /= scale;
           const Int4Row r = fit_int4_row(row.data(), g.head_dim);
-          uint16_t* params = (is_v ? kv.v_row_scale : kv.k_row_scale).template ptr<uint16_t>() + 2 * at;
+          uint16_t* params = kv.row_params.template ptr<uint16_t>() + 4 * at + (is_v ? 2 : 0);
           params[0] = f32_to_f16(r.scale);
           params[1] = f32_to_f16(r.min);
           // Codes against the stored (fp16) scale and minimum, which attention reads back.
@@ -156,7 +151,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
           for (int64_t i = 0; i < g.head_dim; ++i)
             dst[i] =
                 static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
-          (is_v ? kv.v_row_scale : kv.k_row_scale).template ptr<float>()[at] = row_scale;
+          kv.row_params.template ptr<float>()[2 * at + (is_v ? 1 : 0)] = row_scale;
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
           S* dst = pool + at * g.head_dim;
@@ -184,9 +179,9 @@ struct AttentionArgs {
 // Row `at` of a pool (K or V), decoded to fp32 before the head's scale: int8 times its row's
 // scale, int4 its row's minimum plus code times scale.
 template <typename S>
-void load_pool_row(const Tensor& pool, const Tensor& row_params, int64_t at, int64_t d, float* out) {
+void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t at, int64_t d, float* out) {
   if constexpr (std::is_same_v<S, Int4Pair>) {
-    const uint16_t* p = row_params.ptr<const uint16_t>() + 2 * at;
+    const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * at + (is_v ? 2 : 0);
     const float s = f16_to_f32(p[0]), lo = f16_to_f32(p[1]);
     const uint8_t* r = pool.ptr<const uint8_t>() + at * (d / 2);
     for (int64_t i = 0; i < d; i += 2) {
@@ -195,7 +190,7 @@ void load_pool_row(const Tensor& pool, const Tensor& row_params, int64_t at, int
     }
   } else {
     const S* r = pool.ptr<const S>() + at * d;
-    const float rs = std::is_same_v<S, int8_t> ? row_params.ptr<const float>()[at] : 1.0f;
+    const float rs = std::is_same_v<S, int8_t> ? row_params.ptr<const float>()[2 * at + (is_v ? 1 : 0)] : 1.0f;
     for (int64_t i = 0; i < d; ++i) out[i] = to_f32(r[i]) * rs;
   }
 }
@@ -229,7 +224,7 @@ void attention_impl(const AttentionArgs& a) {
       const float score_scale = a.softmax_scale * k_scale[kvh];
       for (int64_t j = 0; j < n; ++j) {
         const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
-        load_pool_row<S>(a.kv->k, a.kv->k_row_scale, at, d, row.data());
+        load_pool_row<S>(a.kv->k, a.kv->row_params, false, at, d, row.data());
         for (int64_t h = 0; h < group; ++h) {
           const float* qh = q.data() + h * d;
           float dot = 0.0f;
@@ -251,7 +246,7 @@ void attention_impl(const AttentionArgs& a) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
-        load_pool_row<S>(a.kv->v, a.kv->v_row_scale, at, d, row.data());
+        load_pool_row<S>(a.kv->v, a.kv->row_params, true, at, d, row.data());
         for (int64_t h = 0; h < group; ++h) {
           const float p = scores[static_cast<size_t>(h * n + j)];
           float* ah = acc.data() + h * d;

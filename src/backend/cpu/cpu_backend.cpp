@@ -80,14 +80,11 @@ class CpuKvCache final : public KvCache {
     const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
     const size_t layer_bytes =
         rows * static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim)) * dtype_size(config.dtype);
-    const size_t row_scale_bytes = rows * 4;  // int8: an fp32 scale; int4: an fp16 scale and minimum
+    const size_t row_param_bytes = rows * 8;  // K's and V's: int8 an fp32 scale, int4 an fp16 scale and minimum
     for (int i = 0; i < config.num_layers; ++i) {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
       v_.emplace_back(host_alloc_zeroed(layer_bytes));
-      if (rotated_) {
-        k_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
-        v_rows_.emplace_back(host_alloc_zeroed(row_scale_bytes));
-      }
+      if (rotated_) row_params_.emplace_back(host_alloc_zeroed(row_param_bytes));
     }
     SERVE8_CHECK(config.max_requests > 0 && config.max_context_len > 0,
                  "kv cache: the request table needs rows and a context length ({} x {})", config.max_requests,
@@ -115,11 +112,9 @@ class CpuKvCache final : public KvCache {
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
     if (config_.dtype == DType::kI8) {
-      l.k_row_scale = Tensor(k_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
-      l.v_row_scale = Tensor(v_rows_[li].get(), DType::kF32, {config_.num_slots, heads});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {config_.num_slots, heads, 2});
     } else if (config_.dtype == DType::kI4) {
-      l.k_row_scale = Tensor(k_rows_[li].get(), DType::kF16, {config_.num_slots, heads, 2});
-      l.v_row_scale = Tensor(v_rows_[li].get(), DType::kF16, {config_.num_slots, heads, 2});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {config_.num_slots, heads, 4});
     }
     if (rotated_) {
       const size_t at = off * static_cast<size_t>(config_.head_dim);
@@ -153,7 +148,7 @@ class CpuKvCache final : public KvCache {
   KvCacheConfig config_;
   KvScales scales_;
   std::vector<HostBytes> k_, v_;
-  std::vector<HostBytes> k_rows_, v_rows_;  // int8 and int4: each row's scale (and minimum)
+  std::vector<HostBytes> row_params_;  // int8 and int4: each row's scale (and minimum), K's and V's
   bool rotated_ = false;
   std::vector<int32_t> table_;
 };

@@ -47,8 +47,8 @@ void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const T
                wq.shape_str());
   const int64_t m = xq.dim(0), k = xq.dim(1), n = wq.dim(0);
   SERVE8_CHECK(wq.dim(1) == k, "{}: xq {} and wq {} disagree on K", op, xq.shape_str(), wq.shape_str());
-  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n, "{}: out has shape {}, expected [{}, {}]", op,
-               out.shape_str(), m, n);
+  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n, "{}: out has shape {}, expected [{}, {}]", op, out.shape_str(),
+               m, n);
   check_dtype(x_scale, DType::kF32, op, "x_scale");
   check_dtype(w_scale, DType::kF32, op, "w_scale");
   check_shape(x_scale, {m}, op, "x_scale");

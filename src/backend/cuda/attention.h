@@ -33,10 +33,10 @@ struct AttentionParams {
   const void* v_pool = nullptr;
   const float* k_scale = nullptr;  // [Hkv]
   const float* v_scale = nullptr;
-  // int8/int4 pools: each row's parameters, [slots, Hkv] of 4 bytes (KvLayer::k_row_scale); q is
-  // rotated and out left rotated (the backend applies the Walsh-Hadamard transforms).
-  const void* k_rows = nullptr;
-  const void* v_rows = nullptr;
+  // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per slot and KV head
+  // (KvLayer::row_params); q comes rotated and out is left rotated (the backend applies the
+  // Walsh-Hadamard transforms).
+  const void* row_params = nullptr;
   const int32_t* qo_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indices = nullptr;  // pool slots

@@ -36,8 +36,8 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_4_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 4 : 0)
+__device__ __forceinline__ void cp_async_8_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 8 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -60,7 +60,7 @@ struct DecodeStream {
   static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
   static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
   static constexpr int kTileBytes = kStep * kRowBytes;
-  static constexpr int kParamBytes = kRowParams ? 2 * kStep * 4 : 0;  // K's then V's, 4 bytes a row
+  static constexpr int kParamBytes = kRowParams ? kStep * 8 : 0;  // per row K's 4 bytes, then V's
   static constexpr int kStageBytes = 2 * kTileBytes + kParamBytes;
   // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
   // bf16 steps ahead, keep 128 KB of loads outstanding per SM (about 30 KB cover the latency).
@@ -228,8 +228,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   const unsigned char* v_pool = static_cast<const unsigned char*>(p.v_pool);
   const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
   const int64_t head_bytes = int64_t{h} * L::kRowBytes;
-  const auto* k_rows = static_cast<const unsigned char*>(p.k_rows);
-  const auto* v_rows = static_cast<const unsigned char*>(p.v_rows);
+  const auto* row_params = static_cast<const unsigned char*>(p.row_params);
   const int32_t* indices = p.kv_indices + kv_begin;
   const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (threadIdx.x / 32) * L::kWarpBytes;
   const unsigned char* warp_ptr = smem + (threadIdx.x / 32) * L::kWarpBytes;
@@ -245,11 +244,10 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     if (it < my_steps) {
       const uint32_t stage = warp_smem + (it % kStages) * L::kStageBytes;
       if constexpr (L::kRowParams) {
-        // Lane r < 16 copies row r's K and V parameters (4 bytes each) behind the two tiles.
+        // Lane r < 16 copies row r's K and V parameters (one 8-byte record) behind the two tiles.
         if (lane < kStep) {
-          const int64_t at = ((my_slot < 0 ? 0 : my_slot) * int64_t{p.num_kv_heads} + h) * 4;
-          cp_async_4_zfill(stage + 2 * L::kTileBytes + lane * 4, k_rows + at, my_slot >= 0);
-          cp_async_4_zfill(stage + 2 * L::kTileBytes + (kStep + lane) * 4, v_rows + at, my_slot >= 0);
+          const int64_t at = ((my_slot < 0 ? 0 : my_slot) * int64_t{p.num_kv_heads} + h) * 8;
+          cp_async_8_zfill(stage + 2 * L::kTileBytes + lane * 8, row_params + at, my_slot >= 0);
         }
       }
       const int c = lane % L::kChunks;
@@ -328,7 +326,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tok = 2 * t4 + (i & 1) + (i >> 1) * 8;
-        const uint32_t kp = s_par[tok], vp = s_par[kStep + tok];
+        const uint32_t kp = s_par[2 * tok], vp = s_par[2 * tok + 1];
         if constexpr (L::kI4) {
           const float2 kf = half2_bits_to_float2(kp), vf = half2_bits_to_float2(vp);
           ks[i] = kf.x;

@@ -35,11 +35,11 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
     case DType::kI4:
       SERVE8_CHECK(g.head_dim == 64 || g.head_dim == 128, "{}: {} KV needs head_dim 64 or 128 on CUDA, got {}", op,
                    dtype_name(kv.k.dtype), g.head_dim);
-      for (const Tensor* t : {&kv.k_row_scale, &kv.v_row_scale}) {
-        SERVE8_CHECK(t->data && t->numel() * static_cast<int64_t>(dtype_size(t->dtype)) == 4 * g.num_slots * g.heads,
-                     "{}: {} KV needs 4 bytes of row parameters per slot and KV head, got {} {}", op,
-                     dtype_name(kv.k.dtype), dtype_name(t->dtype), t->shape_str());
-      }
+      SERVE8_CHECK(
+          kv.row_params.data && kv.row_params.numel() * static_cast<int64_t>(dtype_size(kv.row_params.dtype)) ==
+                                    8 * g.num_slots * g.heads,
+          "{}: {} KV needs 8 bytes of row parameters per slot and KV head, got {} {}", op, dtype_name(kv.k.dtype),
+          dtype_name(kv.row_params.dtype), kv.row_params.shape_str());
       for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
         SERVE8_CHECK(t->data && t->dtype == DType::kF32 && t->numel() == g.heads * g.head_dim,
                      "{}: {} KV needs fp32 K and V means [{}, {}], got {} {}", op, dtype_name(kv.k.dtype), g.heads,
@@ -252,8 +252,7 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
   if (kv_dtype_is_rotated(kv.k.dtype)) {
     SERVE8_CHECK(k.dtype == DType::kBF16, "{}: {} KV takes bf16 k and v, got {}", op, dtype_name(kv.k.dtype),
                  dtype_name(k.dtype));
-    p.k_rows = kv.k_row_scale.data;
-    p.v_rows = kv.v_row_scale.data;
+    p.row_params = kv.row_params.data;
     p.k_mean = kv.k_mean.ptr<const float>();
     p.v_mean = kv.v_mean.ptr<const float>();
     p.norm = hadamard_norm(g.head_dim);
@@ -362,8 +361,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   h.norm = hadamard_norm(g.head_dim);
   launch_hadamard_rows(h, stream_);
   p.q = rotated_q_;
-  p.k_rows = kv.k_row_scale.data;
-  p.v_rows = kv.v_row_scale.data;
+  p.row_params = kv.row_params.data;
   attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
   h.x = h.out = out.data;
   h.mean = kv.v_mean.ptr<const float>();

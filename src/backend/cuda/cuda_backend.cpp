@@ -56,7 +56,7 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
 }
 
 // The pool: one allocation holding every layer's K and V ([slots, Hkv, width] each, in the storage
-// dtype), for int8/int4 every layer's K and V row parameters ([slots, Hkv] of 4 bytes each), then
+// dtype), for int8/int4 every layer's row parameters ([slots, Hkv] of 8 bytes: K's, V's), then
 // the K scales and the V scales ([layers * Hkv] fp32 each), and for int8/int4 the K and V means
 // ([layers * Hkv * D] fp32 each).
 class CudaKvCache final : public KvCache {
@@ -69,10 +69,10 @@ class CudaKvCache final : public KvCache {
     const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
     const size_t width = static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim));
     layer_bytes_ = (rows * width * dtype_size(config.dtype) + 255) / 256 * 256;
-    row_param_bytes_ = rotated_ ? (rows * 4 + 255) / 256 * 256 : 0;
+    row_param_bytes_ = rotated_ ? (rows * 8 + 255) / 256 * 256 : 0;
     const size_t scale_count = layers * static_cast<size_t>(config.num_kv_heads);
     const size_t mean_count = rotated_ ? scale_count * static_cast<size_t>(config.head_dim) : 0;
-    const size_t pools = 2 * (layer_bytes_ + row_param_bytes_) * layers;
+    const size_t pools = (2 * layer_bytes_ + row_param_bytes_) * layers;
     const size_t bytes = pools + 2 * (scale_count + mean_count) * sizeof(float);
     base_ = static_cast<char*>(backend_.alloc(bytes));
     scales_ = reinterpret_cast<float*>(base_ + pools);
@@ -110,14 +110,9 @@ class CudaKvCache final : public KvCache {
     l.k_scale = Tensor(scales_ + li * static_cast<size_t>(heads), DType::kF32, {heads});
     l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
     if (rotated_) {
-      char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + 2 * li * row_param_bytes_;
-      const bool i4 = config_.dtype == DType::kI4;
-      const auto params = [&](char* at) {
-        return i4 ? Tensor(at, DType::kF16, {config_.num_slots, heads, 2})
-                  : Tensor(at, DType::kF32, {config_.num_slots, heads});
-      };
-      l.k_row_scale = params(rows);
-      l.v_row_scale = params(rows + row_param_bytes_);
+      char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + li * row_param_bytes_;
+      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {config_.num_slots, heads, 4})
+                                                 : Tensor(rows, DType::kF32, {config_.num_slots, heads, 2});
       const size_t at = li * static_cast<size_t>(heads) * static_cast<size_t>(config_.head_dim);
       const size_t mean_count = scale_count * static_cast<size_t>(config_.head_dim);
       l.k_mean = Tensor(means_ + at, DType::kF32, {heads, config_.head_dim});

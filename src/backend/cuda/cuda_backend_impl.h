@@ -11,8 +11,8 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/attention_unit.h"
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/sampler.h"
 #include "backend/cuda/skinny_gemm.h"
@@ -81,8 +81,8 @@ class CudaBackend final : public Backend {
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
   void edit_logits(Tensor logits, std::span<const LogitEdit> edits) override;
   void mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) override;
-  std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows, std::span<const int32_t> chosen,
-                                    int top_n) override;
+  std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
+                                    std::span<const int32_t> chosen, int top_n) override;
 
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
   void set_op_profiling(bool on) override;
@@ -110,13 +110,13 @@ class CudaBackend final : public Backend {
   OpProfiler profiler_;
 
   StepLimits limits_;
-  int64_t kv_capacity_ = 0;  // KV entries (sum of kv_len) a step may have: the largest KV cache's table
-  StagedBuffer staged_;      // the ForwardBatch's arrays, packed, as uploaded
+  int64_t kv_capacity_ = 0;    // KV entries (sum of kv_len) a step may have: the largest KV cache's table
+  StagedBuffer staged_;        // the ForwardBatch's arrays, packed, as uploaded
   int32_t* arrays_ = nullptr;  // the fixed arrays the kernels read (layout in reserve_batch_arrays)
   BatchUnpackParams fixed_;    // their addresses
   uint64_t batch_generation_ = 0;
-  const void* batch_tokens_ = nullptr;  // device address of the current batch's tokens
-  AttentionUnit::Plan plan_;            // of the current batch
+  const void* batch_tokens_ = nullptr;         // device address of the current batch's tokens
+  AttentionUnit::Plan plan_;                   // of the current batch
   std::vector<int32_t> work_seq_, work_row0_;  // its prefill work list, on the host
   bool rotated_pool_ = false;                  // an int8/int4 KV cache was made
   void* rotated_q_ = nullptr;                  // [max_tokens, Hq, D] bf16: q rotated for it

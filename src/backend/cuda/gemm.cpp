@@ -70,14 +70,16 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bo
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     const int32_t bias_type = args.bias_type;
-    SERVE8_CUBLAS_CHECK(
-        cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                          sizeof(bias_type)));
   }
   if (scale_vectors) {
     // A is w: its vector runs over cuBLASLt's M, our N; B is x: over cuBLASLt's N, our M.
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    SERVE8_CUBLAS_CHECK(
+        cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    SERVE8_CUBLAS_CHECK(
+        cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
   }
   SERVE8_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.a, args.in_type, args.k, args.n, args.k));
   SERVE8_CUBLAS_CHECK(cublaslt().MatrixLayoutCreate(&plan.b, args.in_type, args.k, args.m, args.k));
@@ -151,14 +153,14 @@ void CublasLtGemm::run(const GemmArgs& args) {
         cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
   }
   if (plan.scale_vectors) {
-    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &args.w_scale,
-                                                       sizeof(args.w_scale)));
-    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &args.x_scale,
-                                                       sizeof(args.x_scale)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                          &args.w_scale, sizeof(args.w_scale)));
+    SERVE8_CUBLAS_CHECK(cublaslt().MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                          &args.x_scale, sizeof(args.x_scale)));
   }
   const float alpha = 1.0f, beta = 0.0f;
   SERVE8_CUBLAS_CHECK(cublaslt().Matmul(handle_, plan.desc, &alpha, args.w, plan.a, args.x, plan.b, &beta, args.out,
-                                     plan.d, args.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_));
+                                        plan.d, args.out, plan.d, &plan.algo, workspace_, workspace_bytes_, stream_));
   if (args.in_type == CUDA_R_8F_E4M3 && !plan.scale_vectors) {
     Fp8ScaleParams p;
     p.out = args.out;

@@ -75,7 +75,8 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
 #pragma unroll
   for (int j = 0; j < kE; ++j) x[j] = __fdiv_rn(x[j], scale);
   const int64_t at = int64_t{p.out_slots[token]} * p.num_kv_heads + head;
-  void* rows = is_v ? p.v_rows : p.k_rows;
+  // The row's parameters: word 2 at of row_params for K, 2 at + 1 for V.
+  const int64_t word = 2 * at + (is_v ? 1 : 0);
   if constexpr (kKv == DType::kI8) {
     // Symmetric: the row's largest |value| maps to 127.
     float amax = 0.0f;
@@ -96,7 +97,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     } else {
       *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
     }
-    if (lane == 0) static_cast<float*>(rows)[at] = rs;
+    if (lane == 0) static_cast<float*>(p.row_params)[word] = rs;
   } else {
     // 16 codes from min to min + 15 scale; of 11 x 11 trims of each end (up to a fifth of the
     // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row).
@@ -140,7 +141,8 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
       *dst = static_cast<uint8_t>(packed);
     }
     if (lane == 0) {
-      static_cast<uint32_t*>(rows)[at] = uint32_t{__half_as_ushort(s16)} | (uint32_t{__half_as_ushort(l16)} << 16);
+      static_cast<uint32_t*>(p.row_params)[word] =
+          uint32_t{__half_as_ushort(s16)} | (uint32_t{__half_as_ushort(l16)} << 16);
     }
   }
 }
