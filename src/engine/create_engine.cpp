@@ -32,10 +32,6 @@ DType resolve_kv_dtype(const std::string& name, const Backend& backend) {
   const DType t = parse_dtype(name);
   SERVE8_CHECK(t != DType::kF32 || backend.compute_dtype() == DType::kF32,
                "--kv-cache-dtype fp32 needs fp32 compute (--dtype float32, or the CPU backend)");
-  SERVE8_CHECK(!kv_dtype_is_rotated(t) || backend.name() == "cpu",
-               "--kv-cache-dtype {} runs on the CPU backend only so far (--device cpu); the {} kernels read bf16, "
-               "fp16 and FP8 pools",
-               dtype_name(t), backend.name());
   return t;
 }
 
