@@ -12,7 +12,9 @@
 //  - generic (head dims 8, 16, 32; and fp32 compute, the reference path): one warp per (token,
 //    query head), CUDA cores, any rows.
 // All read the pool in its storage dtype and dequantize in registers; k_scale folds into the
-// softmax scale and v_scale into the output; fp32 accumulation. The host side (which kernels, how
+// softmax scale and v_scale into the output; fp32 accumulation. int8/int4 pools (decode and
+// prefill only) carry each row's scale (and minimum) in row_params: decode folds K's into the
+// scores and V's into P; their q arrives rotated and their output leaves rotated. The host side (which kernels, how
 // many splits, the prefill work list) is attention_plan.h.
 #pragma once
 
