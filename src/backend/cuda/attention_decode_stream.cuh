@@ -22,6 +22,11 @@
 //
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
 // merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block).
+//
+// int8 and int4 pools stage each row's 8-byte parameter record behind the tiles; codes become fp16
+// operands exactly (int8 like a byte under fp16's exponent, int4 likewise), K's scale multiplies the
+// scores (int4: plus its minimum times the sum of q), V's scale multiplies P, and int4's V minimum
+// adds p * minimum to a per-head sum merged like l.
 #pragma once
 
 #include <type_traits>
@@ -281,7 +286,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       if constexpr (L::kI4) {
-        // MMA kc takes nibbles n0, n0 + 4 (b0) and n0 + 1, n0 + 5 (b1) of word kc / 2 (int4_k).
+        // MMA kc takes nibbles n0, n0 + 4 (b0) and n0 + 1, n0 + 5 (b1) of word kc / 2 of
+        // the thread's K words (read below).
         const int d = t4 * (kD / 4) + (kc / 2) * 8 + 2 * (kc % 2);
         const auto q2 = [&](int a, int b) { return pack_half2(bf16_bits_to_float(qp[a]), bf16_bits_to_float(qp[b])); };
         qf[kc][0] = gid < g ? q2(d, d + 4) : 0u;
