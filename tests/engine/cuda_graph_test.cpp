@@ -1,7 +1,8 @@
 // CUDA-graph decode against op-by-op decode on the GPU: the same dummy model twice, one with
 // graphs, fed the same tokens (teacher forcing), across buckets (3 rows padded to 4, 1, 5 padded
 // to 8) and across a recapture (the prompts are long enough that the batch buffers grow after the
-// graphs were captured). Head dim 128, GQA 2: the tensor-core decode kernel with split KV.
+// graphs were captured). Head dim 128, GQA 2: the tensor-core decode kernel with split KV; bf16,
+// int8 and int4 KV (the latter two with q and the output rotated around attention).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,10 +26,13 @@ std::string write_config() {
   return dir.string();
 }
 
-TEST(CudaGraphs, DecodeMatchesOpByOp) {
+class CudaGraphs : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaGraphs, DecodeMatchesOpByOp) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   EngineArgs a;
   a.model_path = write_config();
+  a.kv_cache_dtype = GetParam();
   a.load_format = "dummy";
   a.device = "cuda";
   a.max_total_tokens = 16384;
@@ -79,6 +83,9 @@ TEST(CudaGraphs, DecodeMatchesOpByOp) {
     EXPECT_GT(max_abs, 0.0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaGraphs, ::testing::Values("auto", "int8", "int4"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace serve8
