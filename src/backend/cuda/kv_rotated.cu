@@ -2,7 +2,8 @@
 // with its own parameters) and the Walsh-Hadamard transform of q and of the attention output.
 // The rotation repeats the CPU reference's butterflies in its order, so rotated rows (and int8's
 // codes) equal the CPU backend's bit for bit; int4's range search sums its squared errors in a
-// different order, so a near tie may pick another trim.
+// different order and multiplies by 1 / step where the CPU divides (a multiply, not 121 divisions
+// a value), so a near tie may pick another trim.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
