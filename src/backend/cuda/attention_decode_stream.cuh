@@ -303,8 +303,10 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
       }
     }
-    qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
-    qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+    if constexpr (L::kI4) {
+      qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
+      qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+    }
   }
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
   // O^T = V^T · P^T (d as the MMA rows, heads as the 8 columns): half the MMAs and accumulators of
@@ -397,8 +399,14 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        // The row's scale (and minimum times the sum of q) turn q . codes into q . k.
-        const float qk = fmaf(s[nt][e], ks[2 * nt + e], kmin[2 * nt + e] * qsum);
+        // The row's scale (and minimum times the sum of q) turn q . codes into q . k; the other
+        // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
+        float qk = s[nt][e];
+        if constexpr (L::kI4) {
+          qk = fmaf(qk, ks[2 * nt + e], kmin[2 * nt + e] * qsum);
+        } else if constexpr (L::kI8) {
+          qk *= ks[2 * nt + e];
+        }
         const float v = t0 + nt * 8 + 2 * t4 + e < end ? qk * sc : -INFINITY;
         s[nt][e] = v;
         mx = fmaxf(mx, v);
