@@ -33,6 +33,11 @@ struct KvGeometry {
   int64_t num_slots, heads, head_dim;
 };
 
+// The 4 bytes of pool row `at`'s parameters in KvLayer::row_params: K's record, then V's.
+void* row_param(const Tensor& row_params, int64_t at, bool is_v) {
+  return static_cast<char*>(row_params.data) + 4 * (2 * at + (is_v ? 1 : 0));
+}
+
 // int4 rows: 16 codes between the row's minimum and maximum, the range narrowed where that lowers
 // the row's squared error (a grid of 11 x 11 trims of each end, up to a fifth of the range): about
 // 15% lower KLD on SmolLM2-135M than the full range.
@@ -124,7 +129,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
         if constexpr (std::is_same_v<S, Int4Pair>) {
           for (float& x : row) x /= scale;
           const Int4Row r = fit_int4_row(row.data(), g.head_dim);
-          uint16_t* params = kv.row_params.template ptr<uint16_t>() + 4 * at + (is_v ? 2 : 0);
+          auto* params = static_cast<uint16_t*>(row_param(kv.row_params, at, is_v));
           params[0] = f32_to_f16(r.scale);
           params[1] = f32_to_f16(r.min);
           // Codes against the stored (fp16) scale and minimum, which attention reads back.
@@ -151,7 +156,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
           for (int64_t i = 0; i < g.head_dim; ++i)
             dst[i] =
                 static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
-          kv.row_params.template ptr<float>()[2 * at + (is_v ? 1 : 0)] = row_scale;
+          *static_cast<float*>(row_param(kv.row_params, at, is_v)) = row_scale;
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
           S* dst = pool + at * g.head_dim;
@@ -181,7 +186,7 @@ struct AttentionArgs {
 template <typename S>
 void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t at, int64_t d, float* out) {
   if constexpr (std::is_same_v<S, Int4Pair>) {
-    const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * at + (is_v ? 2 : 0);
+    const auto* p = static_cast<const uint16_t*>(row_param(row_params, at, is_v));
     const float s = f16_to_f32(p[0]), lo = f16_to_f32(p[1]);
     const uint8_t* r = pool.ptr<const uint8_t>() + at * (d / 2);
     for (int64_t i = 0; i < d; i += 2) {
@@ -190,7 +195,7 @@ void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int6
     }
   } else {
     const S* r = pool.ptr<const S>() + at * d;
-    const float rs = std::is_same_v<S, int8_t> ? row_params.ptr<const float>()[2 * at + (is_v ? 1 : 0)] : 1.0f;
+    const float rs = std::is_same_v<S, int8_t> ? *static_cast<const float*>(row_param(row_params, at, is_v)) : 1.0f;
     for (int64_t i = 0; i < d; ++i) out[i] = to_f32(r[i]) * rs;
   }
 }
