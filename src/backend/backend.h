@@ -84,7 +84,7 @@ constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DTy
 constexpr int64_t kv_pool_width(DType t, int64_t head_dim) { return t == DType::kI4 ? head_dim / 2 : head_dim; }
 
 // KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
-// fp8_e5m2, fp8_e4m3, and on the CPU int8 and int4.
+// fp8_e5m2, fp8_e4m3, int8, int4 (on CUDA: head_dim 64 or 128).
 struct KvCacheConfig {
   int num_layers = 0;
   int num_kv_heads = 0;
