@@ -42,13 +42,6 @@ __device__ __forceinline__ void warp_hadamard(float (&x)[kE], float norm) {
   for (int j = 0; j < kE; ++j) x[j] *= norm;
 }
 
-// Identical in every lane: an xor butterfly adds the same two operands on both sides.
-__device__ __forceinline__ float warp_sum_exact(float v) {
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
-
 __device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
   return fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
 }
@@ -123,7 +116,9 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
             const float e = fmaf(quant_int4(x[j], l, inv), s, l) - x[j];
             err = fmaf(e, e, err);
           }
-          err = warp_sum_exact(err);
+          // warp_sum's xor butterfly adds the same two operands on both sides of each pair, so
+          // every lane gets the same bits and picks the same trim.
+          err = warp_sum(err);
           if (err < best_err) best_err = err, best_s = s, best_l = l;
         }
       }
