@@ -105,6 +105,16 @@ double time_cold_ms(cudaStream_t s, int reps, const ColdL2& cold, F&& fn) {
   return t[t.size() / 2];
 }
 
+// Fills `bytes` of device memory with a host block of `block` bytes, then doubles it on the device.
+void fill_from_block(Backend& be, cudaStream_t s, void* dst, size_t bytes, const void* host, size_t block) {
+  be.copy_to_device(dst, host, block);
+  for (size_t done = block; done < bytes;) {
+    const size_t n = std::min(done, bytes - done);
+    SERVE8_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice, s));
+    done += n;
+  }
+}
+
 // Fills device memory with valid codes of dtype t (normal values, no NaN): one random 4 MiB block
 // from the host, then doubled on the device.
 void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, std::mt19937_64& gen) {
@@ -126,12 +136,7 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
       h[i] = f32_to_e4m3(x);
     }
   }
-  be.copy_to_device(dst, h.data(), block);
-  for (size_t done = block; done < bytes;) {
-    const size_t n = std::min(done, bytes - done);
-    SERVE8_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + done, dst, n, cudaMemcpyDeviceToDevice, s));
-    done += n;
-  }
+  fill_from_block(be, s, dst, bytes, h.data(), block);
 }
 
 // Fills an int8 (fp32 scale) or int4 (fp16 scale and minimum) pool's row parameters with values
@@ -148,13 +153,7 @@ void fill_row_params(Backend& be, cudaStream_t s, const Tensor& params, DType t,
       w = uint32_t{f32_to_f16(u(gen) * 5.0f / 15.0f)} | (uint32_t{f32_to_f16(-2.5f * u(gen))} << 16);
     }
   }
-  be.copy_to_device(params.data, h.data(), block);
-  for (size_t done = block; done < bytes;) {
-    const size_t n = std::min(done, bytes - done);
-    SERVE8_CUDA_CHECK(
-        cudaMemcpyAsync(static_cast<char*>(params.data) + done, params.data, n, cudaMemcpyDeviceToDevice, s));
-    done += n;
-  }
+  fill_from_block(be, s, params.data, bytes, h.data(), block);
 }
 
 // The batch: `batch` sequences of ctx tokens, the last q_len of them new, sequence b on table row b
