@@ -210,13 +210,15 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   const KvLayer cl = cache->layer(0);
   gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
   gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
-  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 8 bytes per KV head
-    const int64_t words = int64_t{h.hkv} * 2;
-    const size_t pb = static_cast<size_t>(words) * 4;
-    Buffer pbuf(gpu, kv_len * pb);
-    gpu.gather_rows(Tensor(layer.row_params.data, DType::kF32, {layer.row_params.dim(0), words}), tidx,
-                    pbuf.view(DType::kF32, {kv_len, words}));
-    gpu.copy_to_host(static_cast<char*>(cl.row_params.data) + pb, pbuf.data(), kv_len * pb);
+  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 8 bytes per KV head and slot, head-major
+    const int64_t gpu_slots = layer.row_params.dim(1), cpu_slots = cl.row_params.dim(1);
+    Buffer pbuf(gpu, kv_len * 8);
+    for (int64_t hh = 0; hh < h.hkv; ++hh) {
+      gpu.gather_rows(
+          Tensor(static_cast<char*>(layer.row_params.data) + hh * gpu_slots * 8, DType::kF32, {gpu_slots, 2}), tidx,
+          pbuf.view(DType::kF32, {kv_len, 2}));
+      gpu.copy_to_host(static_cast<char*>(cl.row_params.data) + (hh * cpu_slots + 1) * 8, pbuf.data(), kv_len * 8);
+    }
   }
   // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
   std::vector<int32_t> slots(static_cast<size_t>(kv_len));

@@ -130,9 +130,10 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
 struct KvLayer {
   Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype (int4: head_dim / 2 bytes)
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
-  // Each stored row's parameters, K's then V's, 8 bytes per slot and KV head (one read serves
-  // both): int8 [num_slots, num_kv_heads, 2] fp32, the K and V rows' scales; int4 [num_slots,
-  // num_kv_heads, 4] fp16, K's scale and minimum, then V's; written by kv_store with the rows;
+  // Each stored row's parameters, K's then V's, 8 bytes per KV head and slot (one read serves
+  // both), head-major so that a head's consecutive slots share sectors: int8 [num_kv_heads,
+  // num_slots, 2] fp32, the K and V rows' scales; int4 [num_kv_heads, num_slots, 4] fp16, K's scale
+  // and minimum, then V's; written by kv_store with the rows;
   // empty for the other dtypes. Both hold the row rotated by the orthonormal Walsh-Hadamard
   // transform H of head_dim: value = H (stored * row scale [+ row minimum]) * the head's scale +
   // the head's mean.

@@ -54,12 +54,15 @@ int int4_code(const Tensor& pool, int64_t i) {
   return i % 2 ? b >> 4 : b & 15;
 }
 
-// The row of head_dim d at logical pool element `base`, before the head's scale and mean: decoded,
-// and for int8 / int4 with its row's scale (and minimum) and the rotation undone.
-std::vector<double> stored_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t base, int64_t d) {
+// The row of head_dim d of (slot, head), before the head's scale and mean: decoded, and for int8 /
+// int4 with its row's scale (and minimum; head-major records, as KvLayer::row_params) and the
+// rotation undone.
+std::vector<double> stored_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t slot, int64_t head,
+                               int64_t d) {
+  const int64_t base = (slot * pool.dim(1) + head) * d, record = head * pool.dim(0) + slot;
   std::vector<double> r(static_cast<size_t>(d));
   if (pool.dtype == DType::kI4) {
-    const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * (base / d) + (is_v ? 2 : 0);
+    const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * record + (is_v ? 2 : 0);
     for (int64_t e = 0; e < d; ++e)
       r[static_cast<size_t>(e)] = f16_to_f32(p[1]) + int4_code(pool, base + e) * double{f16_to_f32(p[0])};
   } else {
@@ -67,7 +70,7 @@ std::vector<double> stored_row(const Tensor& pool, const Tensor& row_params, boo
   }
   if (!kv_dtype_is_rotated(pool.dtype)) return r;
   if (pool.dtype == DType::kI8)
-    for (double& x : r) x *= row_params.ptr<const float>()[2 * (base / d) + (is_v ? 1 : 0)];
+    for (double& x : r) x *= row_params.ptr<const float>()[2 * record + (is_v ? 1 : 0)];
   return times_hadamard(r);
 }
 
@@ -85,8 +88,7 @@ std::vector<double> rotated_row(const std::vector<float>& src, const std::vector
 
 // The value a K or V row stands for: stored_row times the head's scale, plus the head's mean.
 std::vector<double> row_value(const KvLayer& l, bool is_v, int64_t slot, int64_t head, int64_t d) {
-  const int64_t heads = l.k_scale.dim(0);
-  std::vector<double> x = stored_row(is_v ? l.v : l.k, l.row_params, is_v, (slot * heads + head) * d, d);
+  std::vector<double> x = stored_row(is_v ? l.v : l.k, l.row_params, is_v, slot, head, d);
   const double s = (is_v ? l.v_scale : l.k_scale).ptr<const float>()[head];
   const Tensor& mean = is_v ? l.v_mean : l.k_mean;
   for (int64_t e = 0; e < d; ++e)
@@ -272,7 +274,7 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
         const std::vector<double> rotated = rotated_row(src, {}, i, h, heads, d, layer);
         double amax = 0;
         for (const double x : rotated) amax = std::max(amax, std::abs(x));
-        const float row_scale = params[2 * at + (is_v ? 1 : 0)];
+        const float row_scale = params[2 * (h * slots + out_slots[static_cast<size_t>(i)]) + (is_v ? 1 : 0)];
         EXPECT_NEAR(row_scale, amax / 127, 1e-5 * amax) << "token " << i << " head " << h;
         int peak = 0;
         for (int64_t e = 0; e < d; ++e) {
@@ -322,7 +324,8 @@ TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
         const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
         const std::vector<double> x = rotated_row(src, mean, i, h, heads, d, layer);
-        const double s = f16_to_f32(params[4 * at]), lo = f16_to_f32(params[4 * at + 1]);
+        const int64_t record = h * slots + out_slots[static_cast<size_t>(i)];
+        const double s = f16_to_f32(params[4 * record]), lo = f16_to_f32(params[4 * record + 1]);
         const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
         const double range = *mx - *mn;
         if (range < 1e-3) {  // the row that was its head's mean: nothing left to quantize

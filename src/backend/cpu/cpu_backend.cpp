@@ -112,9 +112,9 @@ class CpuKvCache final : public KvCache {
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
     if (config_.dtype == DType::kI8) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {config_.num_slots, heads, 2});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {heads, config_.num_slots, 2});
     } else if (config_.dtype == DType::kI4) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {config_.num_slots, heads, 4});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {heads, config_.num_slots, 4});
     }
     if (rotated_) {
       const size_t at = off * static_cast<size_t>(config_.head_dim);

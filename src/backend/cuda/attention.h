@@ -35,10 +35,11 @@ struct AttentionParams {
   const void* v_pool = nullptr;
   const float* k_scale = nullptr;  // [Hkv]
   const float* v_scale = nullptr;
-  // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per slot and KV head
-  // (KvLayer::row_params); q comes rotated and out is left rotated (the backend applies the
-  // Walsh-Hadamard transforms).
+  // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per KV head and slot
+  // (KvLayer::row_params, head-major over num_slots); q comes rotated and out is left rotated (the
+  // backend applies the Walsh-Hadamard transforms).
   const void* row_params = nullptr;
+  int64_t num_slots = 0;
   const int32_t* qo_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indices = nullptr;  // pool slots

@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   const unsigned char* v_pool = static_cast<const unsigned char*>(p.v_pool);
   const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
   const int64_t head_bytes = int64_t{h} * L::kRowBytes;
-  const auto* row_params = static_cast<const unsigned char*>(p.row_params);
+  const auto* row_params = static_cast<const unsigned char*>(p.row_params) + int64_t{h} * p.num_slots * 8;
   const int32_t* indices = p.kv_indices + kv_begin;
   const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (threadIdx.x / 32) * L::kWarpBytes;
   const unsigned char* warp_ptr = smem + (threadIdx.x / 32) * L::kWarpBytes;
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       if constexpr (L::kRowParams) {
         // Lane r < 16 copies row r's K and V parameters (one 8-byte record) behind the two tiles.
         if (lane < kStep) {
-          const int64_t at = ((my_slot < 0 ? 0 : my_slot) * int64_t{p.num_kv_heads} + h) * 8;
+          const int64_t at = (my_slot < 0 ? 0 : my_slot) * int64_t{8};
           cp_async_8_zfill(stage + 2 * L::kTileBytes + lane * 8, row_params + at, my_slot >= 0);
         }
       }

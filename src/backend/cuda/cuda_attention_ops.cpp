@@ -253,6 +253,7 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
     SERVE8_CHECK(k.dtype == DType::kBF16, "{}: {} KV takes bf16 k and v, got {}", op, dtype_name(kv.k.dtype),
                  dtype_name(k.dtype));
     p.row_params = kv.row_params.data;
+    p.num_slots = g.num_slots;
     p.k_mean = kv.k_mean.ptr<const float>();
     p.v_mean = kv.v_mean.ptr<const float>();
     p.norm = hadamard_norm(g.head_dim);
@@ -362,6 +363,7 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   launch_hadamard_rows(h, stream_);
   p.q = rotated_q_;
   p.row_params = kv.row_params.data;
+  p.num_slots = g.num_slots;
   attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
   h.x = h.out = out.data;
   h.mean = kv.v_mean.ptr<const float>();

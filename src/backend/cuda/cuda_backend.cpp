@@ -111,8 +111,8 @@ class CudaKvCache final : public KvCache {
     l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
     if (rotated_) {
       char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + li * row_param_bytes_;
-      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {config_.num_slots, heads, 4})
-                                                 : Tensor(rows, DType::kF32, {config_.num_slots, heads, 2});
+      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {heads, config_.num_slots, 4})
+                                                 : Tensor(rows, DType::kF32, {heads, config_.num_slots, 2});
       const size_t at = li * static_cast<size_t>(heads) * static_cast<size_t>(config_.head_dim);
       const size_t mean_count = scale_count * static_cast<size_t>(config_.head_dim);
       l.k_mean = Tensor(means_ + at, DType::kF32, {heads, config_.head_dim});
