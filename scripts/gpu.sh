@@ -33,7 +33,7 @@ source "$root/scripts/gpu/lib.sh"
 
 # What the pack holds: the CLI, the GPU tests (ctest label gpu) and the benchmarks.
 bins=(serve8)
-tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test)
+tests=(backend_cuda_test engine_cuda_golden_test engine_cuda_graph_test engine_cuda_tp_test)
 tools=(bench_attention bench_gemm backend_cuda_bench)
 # The shared files the GPU runs read (~2 MB).
 shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json models/llama2-tokenizer

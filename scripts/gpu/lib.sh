@@ -35,6 +35,12 @@ gpu_unpack() {
     fi
     [[ -n "$lt" ]] && GPU_LIBPATH="$GPU_LIBPATH:$(dirname "$lt")"
   fi
+  # NCCL (opened at run time for tensor parallelism): the toolkit's, else PyPI's nvidia-nccl-cu13.
+  if [[ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]]; then
+    lt="$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)"
+    [[ -n "$lt" ]] && lt="$(find "$lt" -name 'libnccl.so.2*' 2>/dev/null | head -1 || true)"
+    [[ -n "$lt" ]] && GPU_LIBPATH="$GPU_LIBPATH:$(dirname "$lt")"
+  fi
   mkdir -p "$GPU_STAGE/run"
   local b
   for b in "$GPU_STAGE"/bin/*; do

@@ -355,9 +355,10 @@ class Buffer {
 
 // Creates "cpu" or "cuda" (throws where CUDA was not built or no GPU is present), computing in
 // the device's default dtype (fp32 on CPU, bf16 on CUDA) or in `compute`: the CPU backend takes
-// fp32 only, CUDA bf16 or fp32; anything else throws, naming --dtype.
+// fp32 only, CUDA bf16 or fp32; anything else throws, naming --dtype. index: which GPU (a
+// tensor-parallel rank's; -1 the current one), ignored on the CPU.
 std::unique_ptr<Backend> create_backend(const std::string& device);
-std::unique_ptr<Backend> create_backend(const std::string& device, DType compute);
+std::unique_ptr<Backend> create_backend(const std::string& device, DType compute, int index = -1);
 bool cuda_available();
 
 }  // namespace serve8

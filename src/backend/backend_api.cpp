@@ -124,7 +124,6 @@ RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int
 
 std::vector<std::unique_ptr<Communicator>> Backend::create_communicators(int n, int64_t max_reduce_elems) {
   (void)max_reduce_elems;
-  SERVE8_CHECK(name() != "cuda", "--tp-size {}: tensor parallelism on the cuda backend needs NCCL, not built yet", n);
   fail("--tp-size {}: the {} backend has no communicator for tensor parallelism", n, name());
 }
 

@@ -20,11 +20,12 @@ std::unique_ptr<Backend> create_backend(const std::string& device) {
   return create_backend(device, device == "cpu" ? DType::kF32 : DType::kBF16);
 }
 
-std::unique_ptr<Backend> create_backend(const std::string& device, DType compute) {
+std::unique_ptr<Backend> create_backend(const std::string& device, DType compute, int index) {
   if (device == "cpu") {
     SERVE8_CHECK(compute == DType::kF32,
                  "--dtype: the CPU backend computes in fp32 only, not {} (use --dtype auto or float32)",
                  dtype_name(compute));
+    (void)index;
     return create_cpu_backend();
   }
   if (device == "cuda") {
@@ -33,7 +34,7 @@ std::unique_ptr<Backend> create_backend(const std::string& device, DType compute
                  "--dtype: the CUDA backend computes in bf16 or fp32, not {}{}", dtype_name(compute),
                  compute == DType::kF16 ? " (fp16 compute is not supported yet)" : "");
     SERVE8_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA GPU is visible");
-    return create_cuda_backend(compute);
+    return create_cuda_backend(compute, {}, index);
 #else
     fail("--device cuda: this serve8 was built without CUDA (nvcc was not found at configure time)");
 #endif

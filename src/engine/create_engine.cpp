@@ -223,7 +223,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
     }
     const DType compute = backend->compute_dtype();
     model = load_tp_llama_model(
-        lo, *backend, args.tp_size, local_ranks, [&] { return create_backend(device, compute); },
+        lo, *backend, args.tp_size, local_ranks, [&](int rank) { return create_backend(device, compute, rank); },
         [&](const ModelConfig& c) {
           return gloo ? gloo->take_communicators()
                       : backend->create_communicators(args.tp_size, int64_t{max_tokens} * c.hidden_size);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/llama.h"
+#include "model/tp_group.h"
 
 namespace serve8 {
 
@@ -34,6 +35,10 @@ std::vector<int> LlamaModel::graph_batch_sizes(int max_bs) {
 }
 
 int LlamaModel::enable_decode_graphs(KvCache& kv, int max_bs) {
+  return group_ ? group_->enable_decode_graphs(kv, max_bs) : enable_decode_graphs_rank(kv, max_bs);
+}
+
+int LlamaModel::enable_decode_graphs_rank(KvCache& kv, int max_bs) {
   disable_decode_graphs();
   SERVE8_CHECK(max_bs >= 1, "--cuda-graph-max-bs {} must be at least 1", max_bs);
   max_bs = std::min(max_bs, max_seqs_);

@@ -36,6 +36,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   SERVE8_CHECK((comm_ == nullptr) == (shard == nullptr) &&
                    (!comm_ || (comm_->rank() == shard_.rank && comm_->size() == shard_.size)),
                "model: tensor-parallel rank {} of {} needs its shard and its communicator", shard_.rank, shard_.size);
+  if (comm_) comm_->bind(backend);
   const DType c = backend.compute_dtype();
   const int64_t h = config_.hidden_size, d = config_.head_dim;
   residual_ = make_buffer(backend, c, max_tokens, h);

@@ -67,6 +67,7 @@ class LlamaModel {
   // its extra rows padded onto slot 0 (reserved for them). Captures every bucket now, on `kv`,
   // the cache later steps must use. Returns the number of graphs, 0 where the backend has none.
   int enable_decode_graphs(KvCache& kv, int max_bs);
+  int enable_decode_graphs_rank(KvCache& kv, int max_bs);  // this rank's alone (TpGroup runs each)
   void disable_decode_graphs();
   static std::vector<int> graph_batch_sizes(int max_bs);
 

@@ -20,8 +20,7 @@ TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> peers)
   for (size_t i = 0; i < peers_.size(); ++i) threads_.emplace_back([this, i] { worker(i); });
 }
 
-TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num_slots,
-                 std::shared_ptr<void> keepalive)
+TpGroup::TpGroup(LlamaModel& rank0, std::vector<TpPeer> local_peers, int64_t num_slots, std::shared_ptr<void> keepalive)
     : rank0_(rank0),
       by_broadcast_(true),
       keepalive_(std::move(keepalive)),
@@ -112,6 +111,8 @@ void TpGroup::run_peer(size_t peer) {
   TpPeer& p = peers_[peer];
   if (job_ == Job::kForward) {
     p.model->forward_rank(*batch_, *p.kv);
+  } else if (job_ == Job::kGraphs) {
+    p.model->enable_decode_graphs_rank(*p.kv, graph_max_bs_);
   } else {
     p.model->logits_of_rows_rank(rows_);
   }
@@ -140,6 +141,25 @@ Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
   return logits;
 }
 
+int TpGroup::enable_decode_graphs(KvCache& kv0, int max_bs) {
+  SERVE8_CHECK(!by_broadcast_, "CUDA graphs: ranks in other processes capture none");
+  graph_max_bs_ = max_bs;
+  start(Job::kGraphs);
+  int n = 0;
+  try {
+    n = rank0_.enable_decode_graphs_rank(kv0, max_bs);
+  } catch (...) {
+    rank0_.communicator()->abort();
+    try {
+      finish();
+    } catch (...) {  // the peers' errors follow from rank 0's
+    }
+    throw;
+  }
+  finish();
+  return n;
+}
+
 Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
   omp_set_num_threads(threads_per_rank_);
   if (by_broadcast_) {
@@ -166,10 +186,10 @@ Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
 namespace {
 
 void log_shard(const TpShard& s, int tp_size) {
-  spdlog::info(
-      "tensor parallel rank {}/{}: q heads [{}, {}), kv heads [{}, {}), mlp columns [{}, {}), vocab [{}, {})", s.rank,
-      tp_size, s.q_head_begin, s.q_head_begin + s.num_heads, s.kv_head_begin, s.kv_head_begin + s.num_kv_heads,
-      s.inter_begin, s.inter_begin + s.intermediate_size, s.vocab_begin, s.vocab_begin + s.vocab_size);
+  spdlog::info("tensor parallel rank {}/{}: q heads [{}, {}), kv heads [{}, {}), mlp columns [{}, {}), vocab [{}, {})",
+               s.rank, tp_size, s.q_head_begin, s.q_head_begin + s.num_heads, s.kv_head_begin,
+               s.kv_head_begin + s.num_kv_heads, s.inter_begin, s.inter_begin + s.intermediate_size, s.vocab_begin,
+               s.vocab_begin + s.vocab_size);
 }
 
 // The ForwardBatch arrays a forward job carries, in message order.
@@ -208,9 +228,9 @@ std::vector<int32_t> encode_tp_job(TpJob job, const ForwardBatch* batch, std::sp
 }
 
 TpJob decode_tp_job(const std::vector<int32_t>& msg, ForwardBatch& batch, std::vector<int32_t>& rows) {
-  SERVE8_CHECK(!msg.empty() && msg[0] >= static_cast<int32_t>(TpJob::kHello) &&
-                   msg[0] <= static_cast<int32_t>(TpJob::kStop),
-               "tensor parallel: a step message with job {}", msg.empty() ? -1 : msg[0]);
+  SERVE8_CHECK(
+      !msg.empty() && msg[0] >= static_cast<int32_t>(TpJob::kHello) && msg[0] <= static_cast<int32_t>(TpJob::kStop),
+      "tensor parallel: a step message with job {}", msg.empty() ? -1 : msg[0]);
   const TpJob job = static_cast<TpJob>(msg[0]);
   size_t at = 1;
   if (job == TpJob::kForward) {
@@ -269,15 +289,15 @@ std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& optio
     const TpShard s = tp_shard(c, ranks[i], tp_size);
     LlamaWeights w = shard_llama_weights(whole.weights, c, s, *backends[0], *backends[i]);
     log_shard(s, tp_size);
-    models.push_back(std::make_unique<LlamaModel>(c, std::move(w), *backends[i], max_tokens, max_seqs,
-                                                  std::move(comms[i]), &s));
+    models.push_back(
+        std::make_unique<LlamaModel>(c, std::move(w), *backends[i], max_tokens, max_seqs, std::move(comms[i]), &s));
   }
   return models;
 }
 
 std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
                                                 int local_ranks,
-                                                const std::function<std::unique_ptr<Backend>()>& make_backend,
+                                                const std::function<std::unique_ptr<Backend>(int rank)>& make_backend,
                                                 const MakeCommunicators& make_comms, int max_tokens, int max_seqs,
                                                 std::vector<TpPeer>& peers) {
   std::vector<int> ranks = {0};
@@ -285,7 +305,7 @@ std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Back
   std::vector<std::unique_ptr<Backend>> owned;
   for (int r = 1; r < local_ranks; ++r) {
     ranks.push_back(r);
-    owned.push_back(make_backend());
+    owned.push_back(make_backend(r));
     backends.push_back(owned.back().get());
   }
   std::vector<std::unique_ptr<LlamaModel>> models =

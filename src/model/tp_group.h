@@ -56,9 +56,12 @@ class TpGroup {
   // breaks the group (its collectives throw on every rank) and is rethrown here.
   Tensor forward(const ForwardBatch& batch, KvCache& kv0);
   Tensor logits_of_rows(std::span<const int32_t> rows);
+  // Every rank captures its decode graphs (LlamaModel::enable_decode_graphs) at once: the
+  // warm-up steps run collectives, and each rank's graphs hold its own. Returns rank 0's count.
+  int enable_decode_graphs(KvCache& kv0, int max_bs);
 
  private:
-  enum class Job { kNone, kForward, kLogitsOfRows, kStop };
+  enum class Job { kNone, kForward, kLogitsOfRows, kGraphs, kStop };
   void start(Job job);
   void finish();  // waits for the peers; rethrows the first failure
   void worker(size_t peer);
@@ -79,6 +82,7 @@ class TpGroup {
   // The call's arguments, read by the peers while it runs.
   const ForwardBatch* batch_ = nullptr;
   std::span<const int32_t> rows_;
+  int graph_max_bs_ = 0;
   std::vector<std::thread> threads_;
 };
 
@@ -89,16 +93,15 @@ using MakeCommunicators = std::function<std::vector<std::unique_ptr<Communicator
 // This process's ranks of a tp_size group: the model loaded once on backends[0], each rank's
 // shard on backends[i] with its communicator.
 std::vector<std::unique_ptr<LlamaModel>> load_tp_shards(const LoadOptions& options, int tp_size,
-                                                        std::span<const int> ranks,
-                                                        std::span<Backend* const> backends,
+                                                        std::span<const int> ranks, std::span<Backend* const> backends,
                                                         const MakeCommunicators& make_comms, int max_tokens,
                                                         int max_seqs);
 // Ranks 0..local_ranks-1 of a tp_size group in this process: rank 0's model (returned) on
-// backend0, each other rank's on a backend from make_backend, in `peers` (their KV pools are the
+// backend0, each other rank's on make_backend(rank), in `peers` (their KV pools are the
 // caller's to add before attach_tp_peers or attach_tp_group).
 std::unique_ptr<LlamaModel> load_tp_llama_model(const LoadOptions& options, Backend& backend0, int tp_size,
                                                 int local_ranks,
-                                                const std::function<std::unique_ptr<Backend>()>& make_backend,
+                                                const std::function<std::unique_ptr<Backend>(int rank)>& make_backend,
                                                 const MakeCommunicators& make_comms, int max_tokens, int max_seqs,
                                                 std::vector<TpPeer>& peers);
 

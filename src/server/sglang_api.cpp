@@ -149,8 +149,8 @@ void handle_generate(ServerContext& ctx, const HttpRequest& req, HttpResponse& r
     if (lp.want) in.params.logprobs = static_cast<int>(top_n);
     if (lp.want && lp.start >= 0) {
       if (lp.start >= static_cast<int>(in.input_ids.size()))
-        throw_invalid("logprob_start_len", "'logprob_start_len' ({}) must be less than the prompt's {} tokens", lp.start,
-                      in.input_ids.size());
+        throw_invalid("logprob_start_len", "'logprob_start_len' ({}) must be less than the prompt's {} tokens",
+                      lp.start, in.input_ids.size());
       in.params.prompt_logprobs_start = lp.start;
     }
     if (rid.is_string()) in.rid = n > 1 ? fmt::format("{}-{}", rid.get<std::string>(), i) : rid.get<std::string>();
@@ -245,6 +245,8 @@ Json server_info(const ServerContext& ctx) {
           {"large_decode_seconds", s.large_decode.seconds},
           {"large_decode_host_seconds", s.large_decode.host_seconds},
           {"large_decode_kv_tokens", s.large_decode.kv_tokens},
+          // At tp > 1 the weights are rank 0's shard: what one GPU reads a step (its MBU's share).
+          {"tp_size", ctx.engine.model().tp_shard().size},
           {"weight_bytes", ctx.engine.model().weight_bytes()},
           {"weight_dtype", ctx.engine.model().weight_dtype()},
           {"decode_weight_bytes", ctx.engine.model().decode_weight_bytes()},
@@ -254,11 +256,9 @@ Json server_info(const ServerContext& ctx) {
 }  // namespace
 
 void register_sglang_routes(Router& server, ServerContext& ctx) {
-  server.Post("/generate",
-              [&ctx](const HttpRequest& req, HttpResponse& res) { handle_generate(ctx, req, res); });
+  server.Post("/generate", [&ctx](const HttpRequest& req, HttpResponse& res) { handle_generate(ctx, req, res); });
   server.Get("/health", [](const HttpRequest&, HttpResponse& res) { res.status = 200; });
-  server.Get("/health_generate",
-             [&ctx](const HttpRequest&, HttpResponse& res) { handle_health_generate(ctx, res); });
+  server.Get("/health_generate", [&ctx](const HttpRequest&, HttpResponse& res) { handle_health_generate(ctx, res); });
   auto model_info = [&ctx](const HttpRequest&, HttpResponse& res) {
     const ModelConfig& mc = ctx.engine.model_config();
     Json info = {{"model_path", ctx.engine_args.model_path},

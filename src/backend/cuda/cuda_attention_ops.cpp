@@ -103,6 +103,7 @@ void StagedBuffer::upload(size_t bytes, cudaStream_t stream) {
 }
 
 void CudaBackend::reserve_steps(const StepLimits& limits) {
+  on_device();
   SERVE8_CHECK(limits.max_tokens > 0 && limits.max_seqs > 0 && limits.max_seqs <= limits.max_tokens,
                "reserve_steps: {} tokens and {} sequences a step (expected positive, sequences <= tokens)",
                limits.max_tokens, limits.max_seqs);
@@ -119,6 +120,7 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
 // The fixed arrays, one after another in one allocation: per token, per sequence, the prefill
 // work list, then kv_indices. Padded CUDA-graph rows count as sequences of one KV entry.
 void CudaBackend::reserve_batch_arrays() {
+  on_device();
   if (limits_.max_tokens == 0) return;  // sized once the limits are known
   const int64_t t = limits_.max_tokens, b = limits_.max_seqs;
   const int group = limits_.num_kv_heads > 0 ? std::max(1, limits_.num_q_heads / limits_.num_kv_heads) : 1;
@@ -152,6 +154,7 @@ void CudaBackend::reserve_batch_arrays() {
 }
 
 DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch, KvCache& kv) {
+  on_device();
   batch.validate();
   const KvCacheConfig& c = kv.config();
   check_batch_fits(batch, c);
@@ -219,10 +222,12 @@ DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch, KvCache& kv) {
 }
 
 void CudaBackend::check_current_batch(const DeviceBatch& batch, const char* op) const {
+  on_device();
   SERVE8_CHECK(batch.host != nullptr && batch.tokens.data == batch_tokens_ && batch_generation_ > 0,
                "{}: the batch was not made by this backend's latest upload_batch", op);
 }
 void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
+  on_device();
   const OpScope profile(profiler_, "kv_store");
   constexpr const char* op = "kv_store";
   const KvGeometry g = check_kv_layer(kv, op);
@@ -265,6 +270,7 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
 
 // The int8/int4 pools' rotated q: a buffer for the most tokens a step has, once such a pool exists.
 void CudaBackend::reserve_rotation() {
+  on_device();
   if (!rotated_pool_ || limits_.max_tokens == 0) return;
   const size_t bytes = static_cast<size_t>(limits_.max_tokens) * static_cast<size_t>(limits_.num_q_heads) *
                        static_cast<size_t>(limits_.head_dim) * 2;
@@ -279,6 +285,7 @@ void CudaBackend::reserve_rotation() {
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                             Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "attention");
   constexpr const char* op = "attention";
   const KvGeometry g = check_kv_layer(kv, op);

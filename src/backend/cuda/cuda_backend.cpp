@@ -9,6 +9,9 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#ifdef SERVE8_HAVE_NCCL
+#include "backend/cuda/nccl_communicator.h"
+#endif
 #include "backend/cuda/op_checks.h"
 #include "core/error.h"
 
@@ -159,14 +162,36 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> create_cuda_backend(DType compute, AttentionOptions options) {
-  return std::make_unique<CudaBackend>(compute, options);
+bool cuda_has_nccl() {
+#ifdef SERVE8_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
 }
 
-CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(compute) {
+std::vector<std::unique_ptr<Communicator>> CudaBackend::create_communicators(int n, int64_t max_reduce_elems) {
+  (void)max_reduce_elems;  // NCCL reduces in place
+#ifdef SERVE8_HAVE_NCCL
+  return make_nccl_communicators(n);
+#else
+  fail("--tp-size {}: this serve8 was built without NCCL (no nccl.h at configure time)", n);
+#endif
+}
+
+std::unique_ptr<Backend> create_cuda_backend(DType compute, AttentionOptions options, int device) {
+  return std::make_unique<CudaBackend>(compute, options, device);
+}
+
+CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : compute_(compute) {
   SERVE8_CHECK(compute == DType::kBF16 || compute == DType::kF32,
                "cuda: compute dtype {} is not supported (bf16 or fp32; fp16 compute is not supported yet)",
                dtype_name(compute));
+  if (device >= 0) {
+    const int n = cuda_device_count();
+    SERVE8_CHECK(device < n, "cuda: no GPU {} ({} visible)", device, n);
+    SERVE8_CUDA_CHECK(cudaSetDevice(device));
+  }
   SERVE8_CUDA_CHECK(cudaGetDevice(&device_));
   SERVE8_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
   SERVE8_CHECK(props_.major >= 9, "cuda: {} is compute capability {}.{}; serve8's kernels are built for sm_90a",
@@ -180,6 +205,7 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options) : compute_(com
 }
 
 CudaBackend::~CudaBackend() {
+  on_device();
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
   skinny_fp8_.reset();
@@ -188,6 +214,12 @@ CudaBackend::~CudaBackend() {
   if (arrays_) cudaFree(arrays_);
   if (rotated_q_) cudaFree(rotated_q_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::on_device() const {
+  int current = -1;
+  SERVE8_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) SERVE8_CUDA_CHECK(cudaSetDevice(device_));
 }
 
 std::string CudaBackend::device_description() const {
@@ -201,6 +233,7 @@ std::string CudaBackend::device_description() const {
 }
 
 void* CudaBackend::alloc(size_t bytes) {
+  on_device();
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
@@ -214,35 +247,44 @@ void* CudaBackend::alloc(size_t bytes) {
 }
 
 void CudaBackend::free(void* ptr) {
+  on_device();
   if (!ptr) return;
   SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may still use it
   SERVE8_CUDA_CHECK(cudaFree(ptr));
 }
 
 void CudaBackend::copy_to_device(void* dst, const void* src, size_t bytes) {
+  on_device();
   if (bytes) SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  on_device();
   if (bytes) SERVE8_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::synchronize() { SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  on_device();
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 size_t CudaBackend::free_memory() const {
+  on_device();
   size_t free_b = 0, total_b = 0;
   SERVE8_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return free_b;
 }
 
 size_t CudaBackend::total_memory() const {
+  on_device();
   size_t free_b = 0, total_b = 0;
   SERVE8_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return total_b;
 }
 
 std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& config, const KvScales& scales) {
+  on_device();
   auto kv = std::make_unique<CudaKvCache>(*this, config, scales);
   if (kv_dtype_is_rotated(config.dtype)) {
     rotated_pool_ = true;
@@ -257,7 +299,10 @@ std::unique_ptr<KvCache> CudaBackend::create_kv_cache(const KvCacheConfig& confi
   return kv;
 }
 
-void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) {
+void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) { embedding_shard(table, ids, 0, out); }
+
+void CudaBackend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "embedding");
   constexpr const char* op = "embedding";
   check_present(table, op, "table");
@@ -272,12 +317,14 @@ void CudaBackend::embedding(const Tensor& table, const Tensor& ids, Tensor out) 
   p.rows = ids.ptr<const int32_t>();
   p.dst = out.data;
   p.row_bytes = table.dim(1) * static_cast<int64_t>(dtype_size(table.dtype));
+  p.first_row = first_id;
   p.num_src_rows = table.dim(0);
   p.num_rows = to_int(ids.dim(0), op, "tokens");
   launch_gather_rows(p, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "gather_rows");
   constexpr const char* op = "gather_rows";
   check_dtype(rows, DType::kI32, op, "rows");
@@ -298,6 +345,7 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
 
 void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps,
                                Tensor out, const Fp8Rows* fp8) {
+  on_device();
   check_activation(x, op, "x");
   check_dtype(out, x.dtype, op, "out");
   SERVE8_CHECK(x.ndim == 2, "{}: x has shape {}, expected [T, H]", op, x.shape_str());
@@ -328,17 +376,20 @@ void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual
 }
 
 void CudaBackend::rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "rmsnorm");
   rmsnorm_impl("rmsnorm", x, nullptr, weight, eps, out, nullptr);
 }
 
 void CudaBackend::add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
                               const Fp8Rows* fp8) {
+  on_device();
   const OpScope profile(profiler_, "add_rmsnorm");
   rmsnorm_impl("add_rmsnorm", x, &residual, weight, eps, out, fp8);
 }
 
 void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "gemm");
   constexpr const char* op = "gemm";
   SERVE8_CHECK(x.dtype == DType::kBF16 || x.dtype == DType::kF16 || x.dtype == DType::kF32,
@@ -365,6 +416,7 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
 }
 
 void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
+  on_device();
   const OpScope profile(profiler_, "rope");
   constexpr const char* op = "rope";
   check_activation(q, op, "q");
@@ -393,6 +445,7 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8) {
+  on_device();
   const OpScope profile(profiler_, "silu_mul");
   constexpr const char* op = "silu_mul";
   check_activation(gate_up, op, "gate_up");
@@ -414,6 +467,7 @@ void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8
 }
 
 void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) {
+  on_device();
   const OpScope profile(profiler_, "sample");
   constexpr const char* op = "sample";
   check_dtype(logits, DType::kF32, op, "logits");
@@ -433,6 +487,7 @@ void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& r
 }
 
 void CudaBackend::edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
+  on_device();
   const OpScope profile(profiler_, "sample");
   check_dtype(logits, DType::kF32, "edit_logits", "logits");
   SERVE8_CHECK(logits.ndim == 2, "edit_logits: logits has shape {}, expected [B, V]", logits.shape_str());
@@ -443,6 +498,7 @@ void CudaBackend::edit_logits(Tensor logits, std::span<const LogitEdit> edits) {
 }
 
 void CudaBackend::mask_logits(Tensor logits, std::span<const int32_t> rows, std::span<const int32_t> allowed) {
+  on_device();
   const OpScope profile(profiler_, "sample");
   check_dtype(logits, DType::kF32, "mask_logits", "logits");
   SERVE8_CHECK(logits.ndim == 2, "mask_logits: logits has shape {}, expected [B, V]", logits.shape_str());
@@ -459,6 +515,7 @@ void CudaBackend::mask_logits(Tensor logits, std::span<const int32_t> rows, std:
 // row that asked, only on steps where one did.
 std::vector<RowLogprobs> CudaBackend::logprobs(const Tensor& logits, std::span<const int32_t> rows,
                                                std::span<const int32_t> chosen, int top_n) {
+  on_device();
   const OpScope profile(profiler_, "sample");
   check_dtype(logits, DType::kF32, "logprobs", "logits");
   SERVE8_CHECK(logits.ndim == 2 && rows.size() == chosen.size(), "logprobs: logits {} for {} rows and {} tokens",

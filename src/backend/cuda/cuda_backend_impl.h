@@ -45,8 +45,14 @@ class StagedBuffer {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(DType compute = DType::kBF16, AttentionOptions options = {});
+  // device: the GPU's index (-1: the calling thread's current device).
+  explicit CudaBackend(DType compute = DType::kBF16, AttentionOptions options = {}, int device = -1);
   ~CudaBackend() override;
+
+  int device() const { return device_; }
+  // Makes this backend's GPU the calling thread's current device. Every entry point calls it: a
+  // tensor-parallel process drives one backend per GPU, and its main thread loads them all.
+  void on_device() const;
 
   std::string name() const override { return "cuda"; }
   DType compute_dtype() const override { return compute_; }
@@ -65,6 +71,9 @@ class CudaBackend final : public Backend {
   DeviceBatch upload_batch(const ForwardBatch& batch, KvCache& kv) override;
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor out) override;
+  void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) override;
+  // NCCL communicators over GPUs 0..n-1 (each rank's backend made with that device).
+  std::vector<std::unique_ptr<Communicator>> create_communicators(int n, int64_t max_reduce_elems) override;
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
                    const Fp8Rows* fp8 = nullptr) override;

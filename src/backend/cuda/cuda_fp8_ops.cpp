@@ -13,6 +13,7 @@ using cuda_ops::check_activation;
 using cuda_ops::check_dtype;
 
 void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
+  on_device();
   const OpScope profile(profiler_, "quantize_fp8");
   constexpr const char* op = "quantize_fp8_rows";
   check_activation(x, op, "x");
@@ -34,6 +35,7 @@ void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
 
 void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
                            const Tensor* bias, Tensor out) {
+  on_device();
   const OpScope profile(profiler_, "gemm");
   constexpr const char* op = "gemm_fp8";
   check_dtype(xq, DType::kFP8E4M3, op, "xq");

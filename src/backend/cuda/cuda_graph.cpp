@@ -20,8 +20,10 @@ class CudaStepGraph final : public StepGraph {
 }  // namespace
 
 std::unique_ptr<StepGraph> CudaBackend::capture(const std::function<void()>& body) {
+  on_device();
   SERVE8_CHECK(!profiler_.on(), "capture: CUDA graphs cannot be captured while ops are profiled");
-  // Thread-local mode: CUDA calls of other threads (none today) are not caught up in the capture.
+  // Thread-local mode: CUDA calls of other threads (tensor-parallel ranks capturing their own
+  // graphs at the same time) are not caught up in the capture.
   SERVE8_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
     body();
@@ -41,8 +43,14 @@ std::unique_ptr<StepGraph> CudaBackend::capture(const std::function<void()>& bod
   return std::make_unique<CudaStepGraph>(exec, stream_);
 }
 
-void CudaBackend::set_op_profiling(bool on) { profiler_.set(on); }
+void CudaBackend::set_op_profiling(bool on) {
+  on_device();
+  profiler_.set(on);
+}
 
-std::vector<OpTime> CudaBackend::op_profile() { return profiler_.totals(); }
+std::vector<OpTime> CudaBackend::op_profile() {
+  on_device();
+  return profiler_.totals();
+}
 
 }  // namespace serve8

@@ -19,7 +19,7 @@ constexpr int kRopePerThread = 4;
 
 __global__ void gather_rows_kernel(const GatherRowsParams p) {
   const int row = blockIdx.x;
-  const int64_t src_row = p.rows[row];
+  const int64_t src_row = p.rows[row] - p.first_row;
   char* dst = static_cast<char*>(p.dst) + row * p.row_bytes;
   const bool valid = src_row >= 0 && src_row < p.num_src_rows;
   const char* src = static_cast<const char*>(p.src) + (valid ? src_row : 0) * p.row_bytes;

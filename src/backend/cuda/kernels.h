@@ -12,13 +12,15 @@
 
 namespace serve8 {
 
-// dst[i] = src[rows[i]] for whole rows of row_bytes bytes (embedding and gather_rows).
+// dst[i] = src[rows[i] - first_row] for whole rows of row_bytes bytes (embedding, its
+// vocabulary-parallel shard, and gather_rows).
 struct GatherRowsParams {
   const void* src = nullptr;
   const int32_t* rows = nullptr;
   void* dst = nullptr;
   int64_t row_bytes = 0;
-  int64_t num_src_rows = 0;  // ids outside [0, num_src_rows) give a zero row
+  int64_t first_row = 0;
+  int64_t num_src_rows = 0;  // rows[i] - first_row outside [0, num_src_rows) gives a zero row
   int num_rows = 0;
 };
 void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
