@@ -95,12 +95,18 @@ class NumpyMath:
         return np.asarray(a, dtype=np.float64)
 
 
+def unpage(p):
+    """A pool [pages, Hkv, 16, D] (KvLayer's order) as [slots, Hkv, D]."""
+    t = p.permute(0, 2, 1, 3) if hasattr(p, "permute") else p.transpose(0, 2, 1, 3)
+    return t.reshape(p.shape[0] * p.shape[2], p.shape[1], p.shape[3])
+
+
 def check_case(m, root, name, c):
     d, hq, hkv, group = c["d"], c["hq"], c["hkv"], c["group"]
     assert hq == group * hkv, name
     q = m.load(root, c["q"])
-    kp = m.load(root, c["k_pool"])
-    vp = m.load(root, c["v_pool"])
+    kp = unpage(m.load(root, c["k_pool"]))
+    vp = unpage(m.load(root, c["v_pool"]))
     k_scale = m.load(root, c["k_scale"])
     v_scale = m.load(root, c["v_scale"])
     kp = kp * k_scale[None, :, None]

@@ -6,9 +6,8 @@
 //   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write]
 //                   [--slots shuffled|contiguous]
 //
-// --slots: each token's pool slot drawn at random (default: the worst case of the engine's
-// page-size-1 pool, a 128-byte K row per FP8 KV head per token) or a sequence's slots in order
-// (a fresh pool's allocation).
+// --slots: a sequence's pages of 16 slots drawn at random over the pool (default: a long-running
+// server's) or in order (a fresh pool's allocation).
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several).
 //
@@ -156,26 +155,33 @@ void fill_row_params(Backend& be, cudaStream_t s, const Tensor& params, DType t,
   fill_from_block(be, s, params.data, bytes, h.data(), block);
 }
 
+// Pages of kKvPageSize slots a sequence of sh.ctx tokens fills.
+int64_t pages_per_seq(const Shape& sh) { return (sh.ctx + kKvPageSize - 1) / kKvPageSize; }
+
 // The batch: `batch` sequences of ctx tokens, the last q_len of them new, sequence b on table row b
-// (a fresh row: the batch carries all its slots); slots shuffled over the pool (page size 1, as the
-// engine allocates them) or, with `contiguous`, in order.
+// (a fresh row: the batch carries all its slots); each sequence fills whole pages, in order, of
+// pages shuffled over the pool (as a long-running server's allocator hands them out) or, with
+// `contiguous`, of consecutive pages.
 ForwardBatch make_batch(const Shape& sh, std::mt19937_64& gen, bool contiguous) {
-  const int64_t tokens = int64_t{sh.batch} * sh.ctx;
-  std::vector<int32_t> perm(static_cast<size_t>(tokens));
-  std::iota(perm.begin(), perm.end(), 1);
+  const int64_t pages = pages_per_seq(sh);
+  std::vector<int32_t> perm(static_cast<size_t>(sh.batch * pages));
+  std::iota(perm.begin(), perm.end(), 1);  // page 0 holds the reserved slot 0
   if (!contiguous) std::shuffle(perm.begin(), perm.end(), gen);
   ForwardBatch fb;
   const std::vector<int32_t> new_tokens(static_cast<size_t>(sh.q_len), 1);
+  std::vector<int32_t> slots(static_cast<size_t>(sh.ctx));
   for (int b = 0; b < sh.batch; ++b) {
-    fb.add_sequence(b, sh.ctx, new_tokens,
-                    std::span<const int32_t>(perm.data() + int64_t{b} * sh.ctx, static_cast<size_t>(sh.ctx)));
+    for (int i = 0; i < sh.ctx; ++i)
+      slots[static_cast<size_t>(i)] =
+          perm[static_cast<size_t>(b * pages + i / kKvPageSize)] * kKvPageSize + i % kKvPageSize;
+    fb.add_sequence(b, sh.ctx, new_tokens, slots);
   }
   return fb;
 }
 
 // The pool and table of one case: one row per sequence, rows of ctx slots.
 KvCacheConfig case_kv_config(const Heads& h, const Shape& sh, DType dt) {
-  KvCacheConfig c{1, h.hkv, h.d, dt, int64_t{sh.batch} * sh.ctx + 1};
+  KvCacheConfig c{1, h.hkv, h.d, dt, (int64_t{sh.batch} * pages_per_seq(sh) + 1) * kKvPageSize};
   c.max_requests = sh.batch;
   c.max_context_len = sh.ctx;
   return c;
@@ -196,30 +202,39 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   const int kv0 = fb.kv_indptr[static_cast<size_t>(b)], kv_len = fb.kv_indptr[static_cast<size_t>(b) + 1] - kv0;
   const int q0 = fb.qo_indptr[static_cast<size_t>(b)], q_len = fb.qo_indptr[static_cast<size_t>(b) + 1] - q0;
   rows = std::min(rows, q_len);
-  const size_t row_bytes = static_cast<size_t>(h.hkv) * kv_pool_width(kv, h.d) * dtype_size(kv);
-  // Gather the sequence's K and V rows into contiguous device buffers.
-  Buffer kbuf(gpu, kv_len * row_bytes), vbuf(gpu, kv_len * row_bytes);
-  const Tensor tidx(static_cast<int32_t*>(db.kv_indices.data) + kv0, DType::kI32, {kv_len});
-  const int64_t width = static_cast<int64_t>(row_bytes / dtype_size(kv));
-  gpu.gather_rows(layer.k.reshape({layer.k.dim(0), width}), tidx, kbuf.view(kv, {kv_len, width}));
-  gpu.gather_rows(layer.v.reshape({layer.v.dim(0), width}), tidx, vbuf.view(kv, {kv_len, width}));
+  // The sequence's slots as the kernels read them (the uploaded kv_indices); each (slot, head) row
+  // of K and V, and its parameters, gathered on the device, then put at slots 1..kv_len of a CPU pool.
+  const int64_t hkv = h.hkv, n = int64_t{kv_len} * hkv;
+  std::vector<int32_t> seq_slots(static_cast<size_t>(kv_len)), src_rows(static_cast<size_t>(n));
+  gpu.copy_to_host(seq_slots.data(), static_cast<const int32_t*>(db.kv_indices.data) + kv0, seq_slots.size() * 4);
+  for (int64_t j = 0; j < kv_len; ++j)
+    for (int64_t hh = 0; hh < hkv; ++hh)
+      src_rows[static_cast<size_t>(j * hkv + hh)] =
+          static_cast<int32_t>(kv_row(seq_slots[static_cast<size_t>(j)], hh, hkv));
+  Buffer ridx(gpu, src_rows.size() * 4);
+  gpu.copy_to_device(ridx.data(), src_rows.data(), src_rows.size() * 4);
+  const Tensor rows_t = ridx.view(DType::kI32, {n});
   KvCacheConfig cc{1, h.hkv, h.d, kv, kv_len + 1};
   cc.max_requests = 1;
   cc.max_context_len = kv_len;
   auto cache = cpu.create_kv_cache(cc, scales);
   const KvLayer cl = cache->layer(0);
-  gpu.copy_to_host(static_cast<char*>(cl.k.data) + row_bytes, kbuf.data(), kv_len * row_bytes);
-  gpu.copy_to_host(static_cast<char*>(cl.v.data) + row_bytes, vbuf.data(), kv_len * row_bytes);
-  if (kv_dtype_is_rotated(kv)) {  // and the rows' parameters, 8 bytes per KV head and slot, head-major
-    const int64_t gpu_slots = layer.row_params.dim(1), cpu_slots = cl.row_params.dim(1);
-    Buffer pbuf(gpu, kv_len * 8);
-    for (int64_t hh = 0; hh < h.hkv; ++hh) {
-      gpu.gather_rows(
-          Tensor(static_cast<char*>(layer.row_params.data) + hh * gpu_slots * 8, DType::kF32, {gpu_slots, 2}), tidx,
-          pbuf.view(DType::kF32, {kv_len, 2}));
-      gpu.copy_to_host(static_cast<char*>(cl.row_params.data) + (hh * cpu_slots + 1) * 8, pbuf.data(), kv_len * 8);
-    }
-  }
+  const int64_t width = kv_pool_width(kv, h.d);
+  const size_t rb = static_cast<size_t>(width) * dtype_size(kv);
+  const auto put = [&](const Tensor& pool, int64_t w, DType t, size_t bytes, void* dst) {
+    Buffer buf(gpu, static_cast<size_t>(n) * bytes);
+    gpu.gather_rows(Tensor(pool.data, t, {static_cast<int64_t>(pool.nbytes() / bytes), w}), rows_t,
+                    buf.view(t, {n, w}));
+    std::vector<char> host(static_cast<size_t>(n) * bytes);
+    gpu.copy_to_host(host.data(), buf.data(), host.size());
+    for (int64_t j = 0; j < kv_len; ++j)
+      for (int64_t hh = 0; hh < hkv; ++hh)
+        std::memcpy(static_cast<char*>(dst) + kv_row(1 + j, hh, hkv) * bytes,
+                    host.data() + static_cast<size_t>(j * hkv + hh) * bytes, bytes);
+  };
+  put(layer.k, width, kv, rb, cl.k.data);
+  put(layer.v, width, kv, rb, cl.v.data);
+  if (kv_dtype_is_rotated(kv)) put(layer.row_params, 2, DType::kF32, 8, cl.row_params.data);
   // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
   std::vector<int32_t> slots(static_cast<size_t>(kv_len));
   std::iota(slots.begin(), slots.end(), 1);

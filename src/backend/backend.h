@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "backend/kv_layout.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -90,7 +91,7 @@ struct KvCacheConfig {
   int num_kv_heads = 0;
   int head_dim = 0;
   DType dtype = DType::kBF16;
-  int64_t num_slots = 0;  // slot 0 is reserved by the allocator (kv/), but has storage
+  int64_t num_slots = 0;  // slot 0 is reserved by the allocator (kv/), but has storage; whole pages are stored
   // The request -> slot table: rows for this many requests at once, each up to max_context_len
   // slots; one more row (padding_row()) serves the padded rows of CUDA-graph steps.
   int max_requests = 64;
@@ -128,12 +129,13 @@ void check_batch_fits(const ForwardBatch& batch, const KvCacheConfig& config);
 
 // One layer's slice of the pool, as the kernels see it.
 struct KvLayer {
-  Tensor k, v;              // [num_slots, num_kv_heads, head_dim] in the storage dtype (int4: head_dim / 2 bytes)
+  // [pages, num_kv_heads, kKvPageSize, head_dim] in the storage dtype (int4: head_dim / 2 bytes):
+  // slot s of head h is row kv_row(s, h, num_kv_heads) (backend/kv_layout.h).
+  Tensor k, v;
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
-  // Each stored row's parameters, K's then V's, 8 bytes per KV head and slot (one read serves
-  // both), head-major so that a head's consecutive slots share sectors: int8 [num_kv_heads,
-  // num_slots, 2] fp32, the K and V rows' scales; int4 [num_kv_heads, num_slots, 4] fp16, K's scale
-  // and minimum, then V's; written by kv_store with the rows;
+  // Each stored row's parameters, K's then V's, 8 bytes per row pair (one read serves both), in
+  // the rows' order: int8 [pages, num_kv_heads, kKvPageSize, 2] fp32, the K and V rows' scales;
+  // int4 [..., 4] fp16, K's scale and minimum, then V's; written by kv_store with the rows;
   // empty for the other dtypes. Both hold the row rotated by the orthonormal Walsh-Hadamard
   // transform H of head_dim: value = H (stored * row scale [+ row minimum]) * the head's scale +
   // the head's mean.

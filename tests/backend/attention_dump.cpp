@@ -51,7 +51,7 @@ json write_pool(Backend& be, const fs::path& dir, const std::string& kind, const
   file += ".bin";
   const json entry = {{"file", file},
                       {"dtype", std::string(dtype_name(pool.dtype))},
-                      {"shape", {pool.dim(0), pool.dim(1), pool.dim(2)}}};
+                      {"shape", {pool.dim(0), pool.dim(1), pool.dim(2), pool.dim(3)}}};
   if (!fs::exists(dir / file)) write_file(dir / file, bytes.data(), bytes.size());
   return entry;
 }

@@ -54,12 +54,15 @@ int int4_code(const Tensor& pool, int64_t i) {
   return i % 2 ? b >> 4 : b & 15;
 }
 
+// The pool row of (slot, head), as KvLayer documents it: pages of 16 slots, in a page each head's
+// 16 rows together.
+int64_t pool_row(int64_t slot, int64_t head, int64_t heads) { return ((slot / 16) * heads + head) * 16 + slot % 16; }
+
 // The row of head_dim d of (slot, head), before the head's scale and mean: decoded, and for int8 /
-// int4 with its row's scale (and minimum; head-major records, as KvLayer::row_params) and the
-// rotation undone.
+// int4 with its row's scale (and minimum) and the rotation undone.
 std::vector<double> stored_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t slot, int64_t head,
                                int64_t d) {
-  const int64_t base = (slot * pool.dim(1) + head) * d, record = head * pool.dim(0) + slot;
+  const int64_t record = pool_row(slot, head, pool.dim(1)), base = record * d;
   std::vector<double> r(static_cast<size_t>(d));
   if (pool.dtype == DType::kI4) {
     const uint16_t* p = row_params.ptr<const uint16_t>() + 4 * record + (is_v ? 2 : 0);
@@ -119,8 +122,8 @@ TEST(CpuKvCacheTest, GeometryAndScales) {
     EXPECT_EQ(cache->config().dtype, t);
     const KvLayer l = cache->layer(2);
     EXPECT_EQ(l.k.dtype, t);
-    EXPECT_EQ(l.k.shape_str(), "[40, 2, 16]");
-    EXPECT_EQ(l.v.shape_str(), "[40, 2, 16]");
+    EXPECT_EQ(l.k.shape_str(), "[3, 2, 16, 16]");  // 40 slots stored as 3 whole pages of 16
+    EXPECT_EQ(l.v.shape_str(), "[3, 2, 16, 16]");
     EXPECT_NE(l.k.data, cache->layer(1).k.data);
     EXPECT_NE(l.k.data, l.v.data);
     const auto* bytes = static_cast<const uint8_t*>(l.v.data);
@@ -234,7 +237,7 @@ TEST(CpuKvStoreTest, BitExactEveryDtype) {
         for (int64_t h = 0; h < heads; ++h) {
           for (int64_t j = 0; j < d; ++j) {
             const size_t src = static_cast<size_t>((i * heads + h) * d + j);
-            const size_t dst = static_cast<size_t>((out_slots[static_cast<size_t>(i)] * heads + h) * d + j);
+            const size_t dst = static_cast<size_t>(pool_row(out_slots[static_cast<size_t>(i)], h, heads) * d + j);
             want_k.set(dst, k.get(src) / scales.k[static_cast<size_t>(h)]);
             want_v.set(dst, v.get(src) / scales.v[static_cast<size_t>(h)]);
           }
@@ -270,11 +273,11 @@ TEST(CpuKvStoreTest, Int8RowsKeepTheirOwnScale) {
     for (int64_t i = 0; i < t; ++i) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
-        const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
+        const int64_t at = pool_row(out_slots[static_cast<size_t>(i)], h, heads);
         const std::vector<double> rotated = rotated_row(src, {}, i, h, heads, d, layer);
         double amax = 0;
         for (const double x : rotated) amax = std::max(amax, std::abs(x));
-        const float row_scale = params[2 * (h * slots + out_slots[static_cast<size_t>(i)]) + (is_v ? 1 : 0)];
+        const float row_scale = params[2 * at + (is_v ? 1 : 0)];
         EXPECT_NEAR(row_scale, amax / 127, 1e-5 * amax) << "token " << i << " head " << h;
         int peak = 0;
         for (int64_t e = 0; e < d; ++e) {
@@ -305,7 +308,7 @@ TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
   auto cache = be->create_kv_cache({1, static_cast<int>(heads), static_cast<int>(d), DType::kI4, slots}, scales);
   EXPECT_EQ(cache->config().bytes_per_token(), size_t{2 * heads * (d / 2 + 4)});
   const KvLayer l = cache->layer(0);
-  EXPECT_EQ(l.k.shape_str(), "[16, 2, 16]");
+  EXPECT_EQ(l.k.shape_str(), "[1, 2, 16, 16]");  // one page of 16 slots, 2 heads, 16 bytes a row
   std::vector<float> vals = rng.normals(static_cast<size_t>(2 * t * heads * d), 3.0f);
   for (int64_t i = 0; i < d; ++i)
     vals[static_cast<size_t>(i)] = scales.k_mean[static_cast<size_t>(i)];                      // the mean itself
@@ -322,10 +325,9 @@ TEST(CpuKvStoreTest, Int4RowsFitTheirOwnRange) {
     for (int64_t i = 0; i < t; ++i) {
       for (int64_t h = 0; h < heads; ++h) {
         const float layer = (is_v ? scales.v : scales.k)[static_cast<size_t>(h)];
-        const int64_t at = out_slots[static_cast<size_t>(i)] * heads + h;
+        const int64_t at = pool_row(out_slots[static_cast<size_t>(i)], h, heads);
         const std::vector<double> x = rotated_row(src, mean, i, h, heads, d, layer);
-        const int64_t record = h * slots + out_slots[static_cast<size_t>(i)];
-        const double s = f16_to_f32(params[4 * record]), lo = f16_to_f32(params[4 * record + 1]);
+        const double s = f16_to_f32(params[4 * at]), lo = f16_to_f32(params[4 * at + 1]);
         const auto [mn, mx] = std::minmax_element(x.begin(), x.end());
         const double range = *mx - *mn;
         if (range < 1e-3) {  // the row that was its head's mean: nothing left to quantize

@@ -86,7 +86,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
       }
     } else {
       // Rows (codes and parameters) that differ: near ties of the 121-trim search only.
-      const int64_t rows = cl.k.dim(0) * hkv, row_bytes = d / 2;
+      const int64_t row_bytes = d / 2, rows = static_cast<int64_t>(cl.k.nbytes()) / row_bytes;
       std::vector<uint8_t> gr(cl.row_params.nbytes());
       gpu_->copy_to_host(gr.data(), gl.row_params.data, gr.size());
       const auto* cr = cl.row_params.ptr<const uint8_t>();

@@ -33,10 +33,9 @@ struct KvGeometry {
   int64_t num_slots, heads, head_dim;
 };
 
-// The 4 bytes of one row's parameters in KvLayer::row_params (head-major: record h * num_slots +
-// slot), K's then V's.
-void* row_param(const Tensor& row_params, int64_t record, bool is_v) {
-  return static_cast<char*>(row_params.data) + 4 * (2 * record + (is_v ? 1 : 0));
+// The 4 bytes of pool row `at`'s parameters in KvLayer::row_params: K's record, then V's.
+void* row_param(const Tensor& row_params, int64_t at, bool is_v) {
+  return static_cast<char*>(row_params.data) + 4 * (2 * at + (is_v ? 1 : 0));
 }
 
 // int4 rows: 16 codes between the row's minimum and maximum, the range narrowed where that lowers
@@ -73,10 +72,13 @@ Int4Row fit_int4_row(const float* x, int64_t n) {
 // Checks the layer's tensors against each other and returns their geometry.
 KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_tensor(kv.k, op, "kv.k");
-  SERVE8_CHECK(kv.k.ndim == 3, "{}: kv.k has shape {}, expected [slots, kv_heads, head_dim]", op, kv.k.shape_str());
+  SERVE8_CHECK(kv.k.ndim == 4 && kv.k.dim(2) == kKvPageSize,
+               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, "
+               "head_dim]",
+               op, kv.k.shape_str(), kKvPageSize);
   const bool i4 = kv.k.dtype == DType::kI4;
-  const KvGeometry g{kv.k.dim(0), kv.k.dim(1), kv.k.dim(2) * (i4 ? 2 : 1)};
-  check_shape(kv.v, {g.num_slots, g.heads, kv.k.dim(2)}, op, "kv.v");
+  const KvGeometry g{kv.k.dim(0) * kKvPageSize, kv.k.dim(1), kv.k.dim(3) * (i4 ? 2 : 1)};
+  check_shape(kv.v, {kv.k.dim(0), g.heads, kKvPageSize, kv.k.dim(3)}, op, "kv.v");
   SERVE8_CHECK(kv.v.dtype == kv.k.dtype, "{}: kv.k is {} but kv.v is {}", op, dtype_name(kv.k.dtype),
                dtype_name(kv.v.dtype));
   check_dtype(kv.k_scale, DType::kF32, op, "kv.k_scale");
@@ -85,7 +87,7 @@ KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
   if (kv_dtype_is_rotated(kv.k.dtype)) {
     check_dtype(kv.row_params, i4 ? DType::kF16 : DType::kF32, op, "kv.row_params");
-    check_shape(kv.row_params, {g.heads, g.num_slots, i4 ? 4 : 2}, op, "kv.row_params");
+    check_shape(kv.row_params, {kv.k.dim(0), g.heads, kKvPageSize, i4 ? 4 : 2}, op, "kv.row_params");
     for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
       check_dtype(*t, DType::kF32, op, "kv means");
       check_shape(*t, {g.heads, g.head_dim}, op, "kv means");
@@ -121,8 +123,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
       const float scale = (is_v ? v_scale : k_scale)[h];
       for (int64_t t = 0; t < t_count; ++t) {
         load_f32(src, (t * g.heads + h) * g.head_dim, g.head_dim, row.data());
-        const int64_t at = static_cast<int64_t>(slots[t]) * g.heads + h;
-        const int64_t record = h * g.num_slots + slots[t];
+        const int64_t at = kv_row(slots[t], h, g.heads);
         if constexpr (kRotated) {
           const float* mean = (is_v ? kv.v_mean : kv.k_mean).template ptr<const float>() + h * g.head_dim;
           for (int64_t i = 0; i < g.head_dim; ++i) row[static_cast<size_t>(i)] -= mean[i];
@@ -131,7 +132,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
         if constexpr (std::is_same_v<S, Int4Pair>) {
           for (float& x : row) x /= scale;
           const Int4Row r = fit_int4_row(row.data(), g.head_dim);
-          auto* params = static_cast<uint16_t*>(row_param(kv.row_params, record, is_v));
+          auto* params = static_cast<uint16_t*>(row_param(kv.row_params, at, is_v));
           params[0] = f32_to_f16(r.scale);
           params[1] = f32_to_f16(r.min);
           // Codes against the stored (fp16) scale and minimum, which attention reads back.
@@ -158,7 +159,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
           for (int64_t i = 0; i < g.head_dim; ++i)
             dst[i] =
                 static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
-          *static_cast<float*>(row_param(kv.row_params, record, is_v)) = row_scale;
+          *static_cast<float*>(row_param(kv.row_params, at, is_v)) = row_scale;
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
           S* dst = pool + at * g.head_dim;
@@ -184,12 +185,11 @@ struct AttentionArgs {
 };
 
 // Row `at` of a pool (K or V), decoded to fp32 before the head's scale: int8 times its row's
-// scale, int4 its row's minimum plus code times scale (parameters at `record`, see row_param).
+// scale, int4 its row's minimum plus code times scale.
 template <typename S>
-void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t at, int64_t record, int64_t d,
-                   float* out) {
+void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t at, int64_t d, float* out) {
   if constexpr (std::is_same_v<S, Int4Pair>) {
-    const auto* p = static_cast<const uint16_t*>(row_param(row_params, record, is_v));
+    const auto* p = static_cast<const uint16_t*>(row_param(row_params, at, is_v));
     const float s = f16_to_f32(p[0]), lo = f16_to_f32(p[1]);
     const uint8_t* r = pool.ptr<const uint8_t>() + at * (d / 2);
     for (int64_t i = 0; i < d; i += 2) {
@@ -198,7 +198,7 @@ void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int6
     }
   } else {
     const S* r = pool.ptr<const S>() + at * d;
-    const float rs = std::is_same_v<S, int8_t> ? *static_cast<const float*>(row_param(row_params, record, is_v)) : 1.0f;
+    const float rs = std::is_same_v<S, int8_t> ? *static_cast<const float*>(row_param(row_params, at, is_v)) : 1.0f;
     for (int64_t i = 0; i < d; ++i) out[i] = to_f32(r[i]) * rs;
   }
 }
@@ -231,8 +231,7 @@ void attention_impl(const AttentionArgs& a) {
       // Scores: q · k_stored, with k_scale folded into the softmax scale.
       const float score_scale = a.softmax_scale * k_scale[kvh];
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
-        load_pool_row<S>(a.kv->k, a.kv->row_params, false, at, kvh * a.g.num_slots + slots[j], d, row.data());
+        load_pool_row<S>(a.kv->k, a.kv->row_params, false, kv_row(slots[j], kvh, heads), d, row.data());
         for (int64_t h = 0; h < group; ++h) {
           const float* qh = q.data() + h * d;
           float dot = 0.0f;
@@ -253,8 +252,7 @@ void attention_impl(const AttentionArgs& a) {
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
-        const int64_t at = static_cast<int64_t>(slots[j]) * heads + kvh;
-        load_pool_row<S>(a.kv->v, a.kv->row_params, true, at, kvh * a.g.num_slots + slots[j], d, row.data());
+        load_pool_row<S>(a.kv->v, a.kv->row_params, true, kv_row(slots[j], kvh, heads), d, row.data());
         for (int64_t h = 0; h < group; ++h) {
           const float p = scores[static_cast<size_t>(h * n + j)];
           float* ah = acc.data() + h * d;

@@ -77,7 +77,8 @@ class CpuKvCache final : public KvCache {
                  "head_dim (this model's is {})",
                  dtype_name(config.dtype), config.head_dim);
     set_scales(scales);  // checks the geometry and scales first
-    const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
+    const size_t rows =
+        static_cast<size_t>(kv_storage_slots(config.num_slots)) * static_cast<size_t>(config.num_kv_heads);
     const size_t layer_bytes =
         rows * static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim)) * dtype_size(config.dtype);
     const size_t row_param_bytes = rows * 8;  // K's and V's: int8 an fp32 scale, int4 an fp16 scale and minimum
@@ -106,15 +107,16 @@ class CpuKvCache final : public KvCache {
     const size_t off = li * static_cast<size_t>(heads);
     KvLayer l;
     const int64_t width = kv_pool_width(config_.dtype, config_.head_dim);
-    l.k = Tensor(k_[li].get(), config_.dtype, {config_.num_slots, heads, width});
-    l.v = Tensor(v_[li].get(), config_.dtype, {config_.num_slots, heads, width});
+    const int64_t pages = kv_storage_slots(config_.num_slots) / kKvPageSize;
+    l.k = Tensor(k_[li].get(), config_.dtype, {pages, heads, kKvPageSize, width});
+    l.v = Tensor(v_[li].get(), config_.dtype, {pages, heads, kKvPageSize, width});
     // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
     if (config_.dtype == DType::kI8) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {heads, config_.num_slots, 2});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {pages, heads, kKvPageSize, 2});
     } else if (config_.dtype == DType::kI4) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {heads, config_.num_slots, 4});
+      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {pages, heads, kKvPageSize, 4});
     }
     if (rotated_) {
       const size_t at = off * static_cast<size_t>(config_.head_dim);

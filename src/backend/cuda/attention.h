@@ -31,15 +31,14 @@ struct AttentionParams {
   DType dtype = DType::kBF16;    // of q and out: bf16, or fp32 (generic kernel only)
   const void* q = nullptr;       // [T, Hq, D]
   void* out = nullptr;           // [T, Hq, D]
-  const void* k_pool = nullptr;  // [slots, Hkv, D] storage dtype
+  const void* k_pool = nullptr;  // [pages, Hkv, page, D] storage dtype (kv_layout.h)
   const void* v_pool = nullptr;
   const float* k_scale = nullptr;  // [Hkv]
   const float* v_scale = nullptr;
-  // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per KV head and slot
-  // (KvLayer::row_params, head-major over num_slots); q comes rotated and out is left rotated (the
-  // backend applies the Walsh-Hadamard transforms).
+  // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per row pair
+  // (KvLayer::row_params); q comes rotated and out is left rotated (the backend applies the
+  // Walsh-Hadamard transforms).
   const void* row_params = nullptr;
-  int64_t num_slots = 0;
   const int32_t* qo_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indices = nullptr;  // pool slots

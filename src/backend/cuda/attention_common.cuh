@@ -151,10 +151,9 @@ struct KvTraits<DType::kI8> {
     float s;  // the row's scale
   };
   static constexpr bool kMmaF16 = true;
-  __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int64_t record, int d,
-                              int col) {
+  __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int d, int col) {
     return Raw8{*reinterpret_cast<const uint2*>(static_cast<const int8_t*>(pool) + row * d + col),
-                static_cast<const float*>(params)[2 * record + is_v]};
+                static_cast<const float*>(params)[2 * row + is_v]};
   }
   __device__ static uint4 to_half8(const Raw8& r) {
     uint32_t h[4];
@@ -175,10 +174,9 @@ struct KvTraits<DType::kI4> {
     uint32_t sm;  // the row's fp16 scale (low half) and minimum
   };
   static constexpr bool kMmaF16 = true;
-  __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int64_t record, int d,
-                              int col) {
+  __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int d, int col) {
     return Raw8{*reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(pool) + (row * d + col) / 2),
-                static_cast<const uint32_t*>(params)[2 * record + is_v]};
+                static_cast<const uint32_t*>(params)[2 * row + is_v]};
   }
   __device__ static uint4 to_half8(const Raw8& r) {
     const float2 sm = half2_bits_to_float2(r.sm);
@@ -194,13 +192,13 @@ struct KvTraits<DType::kI4> {
   }
 };
 
-// The 8 stored elements at column col of pool row `row` (slot * Hkv + head) of a d-wide head
-// (with, for int8/int4, the K or V row's parameters, record head * num_slots + slot).
+// The 8 stored elements at column col of pool row `row` (kv_row(slot, head)) of a d-wide head
+// (with, for int8/int4, the K or V row's parameters).
 template <DType kKv>
 __device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_kv8(const void* pool, const void* params, bool is_v,
-                                                                 int64_t row, int64_t record, int d, int col) {
+                                                                 int64_t row, int d, int col) {
   if constexpr (kKv == DType::kI8 || kKv == DType::kI4) {
-    return KvTraits<kKv>::load(pool, params, is_v, row, record, d, col);
+    return KvTraits<kKv>::load(pool, params, is_v, row, d, col);
   } else {
     return load_raw8<kKv>(pool, row * d + col);
   }

@@ -231,9 +231,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 
   const unsigned char* k_pool = static_cast<const unsigned char*>(p.k_pool);
   const unsigned char* v_pool = static_cast<const unsigned char*>(p.v_pool);
-  const int64_t slot_bytes = int64_t{p.num_kv_heads} * L::kRowBytes;
-  const int64_t head_bytes = int64_t{h} * L::kRowBytes;
-  const auto* row_params = static_cast<const unsigned char*>(p.row_params) + int64_t{h} * p.num_slots * 8;
+  const auto* row_params = static_cast<const unsigned char*>(p.row_params);
   const int32_t* indices = p.kv_indices + kv_begin;
   const uint32_t warp_smem = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + (threadIdx.x / 32) * L::kWarpBytes;
   const unsigned char* warp_ptr = smem + (threadIdx.x / 32) * L::kWarpBytes;
@@ -248,22 +246,24 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   auto issue = [&](int it, int my_slot) {
     if (it < my_steps) {
       const uint32_t stage = warp_smem + (it % kStages) * L::kStageBytes;
+      // The pool row of this lane's slot (pool rows fit int32: checked where the pool is made).
+      const int my_row = my_slot < 0 ? -1 : static_cast<int>(kv_row(my_slot, h, p.num_kv_heads));
       if constexpr (L::kRowParams) {
         // Lane r < 16 copies row r's K and V parameters (one 8-byte record) behind the two tiles.
         if (lane < kStep) {
-          const int64_t at = (my_slot < 0 ? 0 : my_slot) * int64_t{8};
-          cp_async_8_zfill(stage + 2 * L::kTileBytes + lane * 8, row_params + at, my_slot >= 0);
+          const int64_t at = (my_row < 0 ? 0 : my_row) * int64_t{8};
+          cp_async_8_zfill(stage + 2 * L::kTileBytes + lane * 8, row_params + at, my_row >= 0);
         }
       }
       const int c = lane % L::kChunks;
 #pragma unroll
       for (int pass = 0; pass < L::kPasses; ++pass) {
         const int r = lane / L::kChunks + pass * L::kRowsPerPass;
-        const int slot = __shfl_sync(0xffffffffu, my_slot, r);
-        const int64_t off = (slot < 0 ? 0 : slot) * slot_bytes + head_bytes + c * 16;
+        const int row = __shfl_sync(0xffffffffu, my_row, r);
+        const int64_t off = (row < 0 ? 0 : row) * int64_t{L::kRowBytes} + c * 16;
         const uint32_t at = r * L::kRowBytes + L::swizzle(r, c) * 16;
-        cp_async_16_zfill(stage + at, k_pool + off, slot >= 0);
-        cp_async_16_zfill(stage + L::kTileBytes + at, v_pool + off, slot >= 0);
+        cp_async_16_zfill(stage + at, k_pool + off, row >= 0);
+        cp_async_16_zfill(stage + L::kTileBytes + at, v_pool + off, row >= 0);
       }
     }
     cp_async_commit();

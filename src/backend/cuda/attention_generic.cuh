@@ -46,9 +46,8 @@ __global__ void __launch_bounds__(128) attention_generic_kernel(const AttentionP
     acc[d] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  const int64_t slot_stride = int64_t{p.num_kv_heads} * kD;
   for (int c = lane; c <= lim; c += 32) {
-    const int64_t off = p.kv_indices[kv_begin + c] * slot_stride + h * kD;
+    const int64_t off = kv_row(p.kv_indices[kv_begin + c], h, p.num_kv_heads) * kD;
     float s = 0.0f;
 #pragma unroll
     for (int d = 0; d < kD; ++d) s = fmaf(q[d], Tr::load1(p.k_pool, off + d), s);

@@ -109,11 +109,10 @@ __global__ void __launch_bounds__(kPrefillWarps * 32) attention_prefill_kernel(c
       rk[i] = Raw8{};
       rv[i] = Raw8{};
       if (c < kv_end) {
-        const int64_t row = int64_t{indices[c]} * p.num_kv_heads + h;
-        const int64_t record = int64_t{h} * p.num_slots + indices[c];
+        const int64_t row = kv_row(indices[c], h, p.num_kv_heads);
         const int col = (idx % (kD / 8)) * 8;
-        rk[i] = load_kv8<kKv>(p.k_pool, p.row_params, false, row, record, kD, col);
-        rv[i] = load_kv8<kKv>(p.v_pool, p.row_params, true, row, record, kD, col);
+        rk[i] = load_kv8<kKv>(p.k_pool, p.row_params, false, row, kD, col);
+        rv[i] = load_kv8<kKv>(p.v_pool, p.row_params, true, row, kD, col);
       }
     }
   };

@@ -17,11 +17,14 @@ struct KvGeometry {
 };
 
 KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
-  SERVE8_CHECK(kv.k.ndim == 3, "{}: kv.k has shape {}, expected [slots, kv_heads, head_dim]", op, kv.k.shape_str());
-  const int64_t width = kv.k.dim(2);
-  const KvGeometry g{kv.k.dim(0), kv.k.dim(1), kv.k.dtype == DType::kI4 ? 2 * width : width};
-  SERVE8_CHECK(kv.v.ndim == 3 && kv.v.dim(0) == g.num_slots && kv.v.dim(1) == g.heads && kv.v.dim(2) == width &&
-                   kv.v.dtype == kv.k.dtype,
+  SERVE8_CHECK(kv.k.ndim == 4 && kv.k.dim(2) == kKvPageSize,
+               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, "
+               "head_dim]",
+               op, kv.k.shape_str(), kKvPageSize);
+  const int64_t width = kv.k.dim(3);
+  const KvGeometry g{kv.k.dim(0) * kKvPageSize, kv.k.dim(1), kv.k.dtype == DType::kI4 ? 2 * width : width};
+  SERVE8_CHECK(kv.v.ndim == 4 && kv.v.dim(0) == kv.k.dim(0) && kv.v.dim(1) == g.heads && kv.v.dim(2) == kKvPageSize &&
+                   kv.v.dim(3) == width && kv.v.dtype == kv.k.dtype,
                "{}: kv.v is {} {} but kv.k is {} {}", op, dtype_name(kv.v.dtype), kv.v.shape_str(),
                dtype_name(kv.k.dtype), kv.k.shape_str());
   switch (kv.k.dtype) {
@@ -258,7 +261,6 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
     SERVE8_CHECK(k.dtype == DType::kBF16, "{}: {} KV takes bf16 k and v, got {}", op, dtype_name(kv.k.dtype),
                  dtype_name(k.dtype));
     p.row_params = kv.row_params.data;
-    p.num_slots = g.num_slots;
     p.k_mean = kv.k_mean.ptr<const float>();
     p.v_mean = kv.v_mean.ptr<const float>();
     p.norm = hadamard_norm(g.head_dim);
@@ -370,7 +372,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   launch_hadamard_rows(h, stream_);
   p.q = rotated_q_;
   p.row_params = kv.row_params.data;
-  p.num_slots = g.num_slots;
   attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
   h.x = h.out = out.data;
   h.mean = kv.v_mean.ptr<const float>();

@@ -58,8 +58,9 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
                c.head_dim);
 }
 
-// The pool: one allocation holding every layer's K and V ([slots, Hkv, width] each, in the storage
-// dtype), for int8/int4 every layer's row parameters ([slots, Hkv] of 8 bytes: K's, V's), then
+// The pool: one allocation holding every layer's K and V ([pages, Hkv, page, width] each, in the
+// storage dtype; kv_layout.h), for int8/int4 every layer's row parameters (8 bytes a row pair,
+// K's and V's, in the rows' order), then
 // the K scales and the V scales ([layers * Hkv] fp32 each), and for int8/int4 the K and V means
 // ([layers * Hkv * D] fp32 each).
 class CudaKvCache final : public KvCache {
@@ -69,7 +70,10 @@ class CudaKvCache final : public KvCache {
     check_kv_config(config, backend.compute_dtype());
     check_kv_cache_args(config, scales);
     const auto layers = static_cast<size_t>(config.num_layers);
-    const size_t rows = static_cast<size_t>(config.num_slots) * static_cast<size_t>(config.num_kv_heads);
+    const size_t rows =
+        static_cast<size_t>(kv_storage_slots(config.num_slots)) * static_cast<size_t>(config.num_kv_heads);
+    SERVE8_CHECK(rows < (size_t{1} << 31), "kv cache: {} slots x {} KV heads pass the 2^31 rows the kernels index",
+                 config.num_slots, config.num_kv_heads);
     const size_t width = static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim));
     layer_bytes_ = (rows * width * dtype_size(config.dtype) + 255) / 256 * 256;
     row_param_bytes_ = rotated_ ? (rows * 8 + 255) / 256 * 256 : 0;
@@ -108,14 +112,15 @@ class CudaKvCache final : public KvCache {
     const size_t scale_count = static_cast<size_t>(config_.num_layers) * static_cast<size_t>(heads);
     KvLayer l;
     const int64_t width = kv_pool_width(config_.dtype, config_.head_dim);
-    l.k = Tensor(base_ + 2 * li * layer_bytes_, config_.dtype, {config_.num_slots, heads, width});
-    l.v = Tensor(base_ + (2 * li + 1) * layer_bytes_, config_.dtype, {config_.num_slots, heads, width});
+    const int64_t pages = kv_storage_slots(config_.num_slots) / kKvPageSize;
+    l.k = Tensor(base_ + 2 * li * layer_bytes_, config_.dtype, {pages, heads, kKvPageSize, width});
+    l.v = Tensor(base_ + (2 * li + 1) * layer_bytes_, config_.dtype, {pages, heads, kKvPageSize, width});
     l.k_scale = Tensor(scales_ + li * static_cast<size_t>(heads), DType::kF32, {heads});
     l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
     if (rotated_) {
       char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + li * row_param_bytes_;
-      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {heads, config_.num_slots, 4})
-                                                 : Tensor(rows, DType::kF32, {heads, config_.num_slots, 2});
+      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {pages, heads, kKvPageSize, 4})
+                                                 : Tensor(rows, DType::kF32, {pages, heads, kKvPageSize, 2});
       const size_t at = li * static_cast<size_t>(heads) * static_cast<size_t>(config_.head_dim);
       const size_t mean_count = scale_count * static_cast<size_t>(config_.head_dim);
       l.k_mean = Tensor(means_ + at, DType::kF32, {heads, config_.head_dim});

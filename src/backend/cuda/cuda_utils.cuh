@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/kv_layout.h"
 #include "core/dtype.h"
 
 namespace serve8 {

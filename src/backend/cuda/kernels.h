@@ -120,10 +120,9 @@ struct KvStoreParams {
   DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3; fp32 from fp32 k, v only
   // int8 and int4 (bf16 k, v; head_dim 64 or 128): each row less its head's mean, rotated by the
   // Walsh-Hadamard transform (times norm = 1 / sqrt(head_dim)), then quantized with its own
-  // parameters into row_params (KvLayer::row_params: K's 4 bytes then V's per head and slot, of
-  // num_slots), as the CPU backend's kv_store.
+  // parameters into row_params (KvLayer::row_params: K's 4 bytes then V's per row pair), as the
+  // CPU backend's kv_store.
   void* row_params = nullptr;
-  int64_t num_slots = 0;
   const float* k_mean = nullptr;  // [Hkv, D]
   const float* v_mean = nullptr;
   float norm = 1.0f;

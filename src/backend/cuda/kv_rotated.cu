@@ -68,9 +68,9 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
   warp_hadamard<kE>(x, p.norm);
 #pragma unroll
   for (int j = 0; j < kE; ++j) x[j] = __fdiv_rn(x[j], scale);
-  const int64_t at = int64_t{p.out_slots[token]} * p.num_kv_heads + head;
-  // The row's parameters (head-major records): K's word, then V's.
-  const int64_t word = 2 * (int64_t{head} * p.num_slots + p.out_slots[token]) + (is_v ? 1 : 0);
+  const int64_t at = kv_row(p.out_slots[token], head, p.num_kv_heads);
+  // The row's parameters: word 2 at of row_params for K, 2 at + 1 for V.
+  const int64_t word = 2 * at + (is_v ? 1 : 0);
   if constexpr (kKv == DType::kI8) {
     // Symmetric: the row's largest |value| maps to 127.
     float amax = 0.0f;

@@ -59,7 +59,7 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
     const TIn* src = static_cast<const TIn*>(is_v ? p.v : p.k) + row * p.head_dim + c;
     const float scale = (is_v ? p.v_scale : p.k_scale)[head];
     const int64_t slot = p.out_slots[token];
-    T* dst = static_cast<T*>(is_v ? p.v_pool : p.k_pool) + (slot * p.num_kv_heads + head) * p.head_dim + c;
+    T* dst = static_cast<T*>(is_v ? p.v_pool : p.k_pool) + kv_row(slot, head, p.num_kv_heads) * p.head_dim + c;
     float x[kVec];
     if constexpr (kVec == 8) {
       A::load8(src, x);

@@ -1,0 +1,31 @@
+// The order of a KV pool's rows (DESIGN.md, "KV cache"): slots in pages of kKvPageSize, and in a
+// page each KV head's rows together, so that one head's rows of consecutive slots are one
+// contiguous read (the allocator fills a sequence's pages in order, kv/slot_allocator.h). Row
+// kv_row(slot, head) of a layer's K or V holds that slot's head_dim values of that head; int8 and
+// int4 row parameters are kept in the same order.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define SERVE8_HOST_DEVICE __host__ __device__
+#else
+#define SERVE8_HOST_DEVICE
+#endif
+
+namespace serve8 {
+
+constexpr int kKvPageSize = 16;
+
+// slot >= 0, 0 <= head < num_kv_heads.
+SERVE8_HOST_DEVICE constexpr int64_t kv_row(int64_t slot, int64_t head, int64_t num_kv_heads) {
+  return (((slot >> 4) * num_kv_heads + head) << 4) | (slot & (kKvPageSize - 1));
+}
+static_assert(kKvPageSize == 16, "kv_row's shifts are for pages of 16 slots");
+
+// Slots a pool of num_slots stores: whole pages.
+constexpr int64_t kv_storage_slots(int64_t num_slots) {
+  return (num_slots + kKvPageSize - 1) / kKvPageSize * kKvPageSize;
+}
+
+}  // namespace serve8
