@@ -42,11 +42,10 @@ Scheduler::Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& 
                    model.max_tokens() >= config.max_prefill_tokens + config.max_running_requests,
                "model buffers ({} tokens, {} sequences) are smaller than the scheduler's limits", model.max_tokens(),
                model.max_seqs());
-  SERVE8_CHECK(kv.config().max_requests >= config.max_running_requests &&
-                   kv.config().max_context_len >= config.context_length,
-               "the KV cache's request table ({} rows of {} tokens) is smaller than the scheduler's limits ({} of {})",
-               kv.config().max_requests, kv.config().max_context_len, config.max_running_requests,
-               config.context_length);
+  SERVE8_CHECK(
+      kv.config().max_requests >= config.max_running_requests && kv.config().max_context_len >= config.context_length,
+      "the KV cache's request table ({} rows of {} tokens) is smaller than the scheduler's limits ({} of {})",
+      kv.config().max_requests, kv.config().max_context_len, config.max_running_requests, config.context_length);
   eos_ids_ = model.config().eos_token_ids;
   if (tokenizer) {
     for (int id : tokenizer->eos_ids())
@@ -141,10 +140,12 @@ int Scheduler::step() {
   return tokens;
 }
 
+static_assert(kSlotPageSize == kKvPageSize, "the allocator's pages are the pool's");
+
 bool Scheduler::try_allocate(int64_t n, std::vector<int32_t>& out) {
   if (!slots_.can_allocate(n)) slots_.free(radix_.evict(n - slots_.num_slots_free()));
   if (!slots_.can_allocate(n)) return false;
-  const std::vector<int32_t> got = slots_.allocate(n);
+  const std::vector<int32_t> got = slots_.allocate(n, out.empty() ? -1 : out.back());
   out.insert(out.end(), got.begin(), got.end());
   return true;
 }
@@ -453,7 +454,8 @@ void Scheduler::prompt_logprobs(const std::vector<Row>& rows) {
 void Scheduler::emit(Request& r, std::vector<int32_t> new_ids, const RowLogprobs* logprobs) {
   if (!r.sink) return;
   OutputEvent ev;
-  if (r.params.prompt_logprobs_start >= 0 && !r.prompt_logprobs_sent && (!new_ids.empty() || r.finish != FinishReason::kNone)) {
+  if (r.params.prompt_logprobs_start >= 0 && !r.prompt_logprobs_sent &&
+      (!new_ids.empty() || r.finish != FinishReason::kNone)) {
     ev.prompt_logprobs = std::move(r.prompt_logprobs);
     r.prompt_logprobs_sent = true;
   }

@@ -106,6 +106,52 @@ TEST(SlotAllocator, ResetFreesEverything) {
   EXPECT_EQ(a.allocate(2), (Slots{1, 2}));
 }
 
+// Pages: a new sequence starts a page nobody uses and continues in it while its next slots are free.
+TEST(SlotAllocator, SequencesFillTheirOwnPages) {
+  SlotAllocator a(64);
+  EXPECT_EQ(a.allocate(3), (Slots{1, 2, 3}));
+  EXPECT_EQ(a.allocate(3), (Slots{16, 17, 18}));  // not 4: that is the first sequence's next slot
+  EXPECT_EQ(a.allocate(1, 3), (Slots{4}));
+  EXPECT_EQ(a.allocate(2, 18), (Slots{19, 20}));
+  EXPECT_EQ(a.allocate(12, 4), (Slots{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 32}));  // page 0 full: a new page
+}
+
+// Sequences that grow a token at a time, interleaved as decode steps run them, keep whole pages.
+TEST(SlotAllocator, InterleavedGrowthKeepsPagesWhole) {
+  SlotAllocator a(16 * 64 + 1);
+  std::vector<Slots> seqs(6);
+  for (int step = 0; step < 150; ++step) {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (step > static_cast<int>(100 + 10 * i)) continue;  // they end at different lengths
+      Slots& s = seqs[i];
+      for (int32_t x : a.allocate(1, s.empty() ? -1 : s.back())) s.push_back(x);
+    }
+  }
+  for (const Slots& s : seqs) {
+    for (size_t j = 1; j < s.size(); ++j) {
+      if (s[j] % 16 != 0) {
+        EXPECT_EQ(s[j], s[j - 1] + 1) << "a sequence left its page mid-way";
+      }
+    }
+  }
+}
+
+// With no page wholly free, the free slots of partly used pages serve; freeing refills pages.
+TEST(SlotAllocator, PartlyUsedPagesServeWhenNoPageIsFree) {
+  SlotAllocator a(48);  // pages 0 (slots 1-15), 1, 2
+  const Slots x = a.allocate(2), y = a.allocate(2), z = a.allocate(2);
+  EXPECT_EQ(x, (Slots{1, 2}));
+  EXPECT_EQ(y, (Slots{16, 17}));
+  EXPECT_EQ(z, (Slots{32, 33}));
+  Slots rest = a.allocate(41);  // every other free slot, from the three partly used pages
+  EXPECT_EQ(a.num_slots_free(), 0);
+  std::sort(rest.begin(), rest.end());
+  EXPECT_EQ(std::adjacent_find(rest.begin(), rest.end()), rest.end());
+  a.free(rest);
+  a.free(y);  // page 1 wholly free again: the next new sequence starts there
+  EXPECT_EQ(a.allocate(3), (Slots{16, 17, 18}));
+}
+
 TEST(SlotAllocator, ConstructorBounds) {
   EXPECT_THROW(SlotAllocator(0), Error);
   EXPECT_THROW(SlotAllocator(-3), Error);
