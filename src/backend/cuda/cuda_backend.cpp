@@ -221,10 +221,10 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::on_device() const {
+// Never throws (free() and destructors call it): a failed switch shows in the CUDA call after it.
+void CudaBackend::on_device() const noexcept {
   int current = -1;
-  SERVE8_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device_) SERVE8_CUDA_CHECK(cudaSetDevice(device_));
+  if (cudaGetDevice(&current) == cudaSuccess && current != device_) cudaSetDevice(device_);
 }
 
 std::string CudaBackend::device_description() const {

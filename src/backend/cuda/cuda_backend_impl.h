@@ -52,7 +52,7 @@ class CudaBackend final : public Backend {
   int device() const { return device_; }
   // Makes this backend's GPU the calling thread's current device. Every entry point calls it: a
   // tensor-parallel process drives one backend per GPU, and its main thread loads them all.
-  void on_device() const;
+  void on_device() const noexcept;
 
   std::string name() const override { return "cuda"; }
   DType compute_dtype() const override { return compute_; }
