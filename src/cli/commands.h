@@ -12,6 +12,7 @@ using SetAction = std::function<void(std::function<int()>)>;
 
 void register_generate(CLI::App& root, SetAction set_action);
 void register_convert(CLI::App& root, SetAction set_action);
+void register_convert_fp8(CLI::App& convert, SetAction set_action);
 void register_serve(CLI::App& root, SetAction set_action);
 void register_bench_one_batch(CLI::App& root, SetAction set_action);
 void register_dump_logits(CLI::App& root, SetAction set_action);

@@ -1,4 +1,5 @@
-// `serve8 convert llama2c`: a llama2.c checkpoint to an HF-format directory.
+// `serve8 convert llama2c`: a llama2.c checkpoint to an HF-format directory; `convert fp8`
+// (convert_fp8.cpp): a checkpoint to an FP8 one.
 #include "cli/commands.h"
 #include "core/log.h"
 #include "model/llama2c_convert.h"
@@ -23,6 +24,7 @@ void register_convert(CLI::App& root, SetAction set_action) {
       return 0;
     });
   });
+  register_convert_fp8(*convert, set_action);
 }
 
 }  // namespace serve8

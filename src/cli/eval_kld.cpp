@@ -28,6 +28,7 @@ struct EvalKldArgs {
   EngineArgs engine;
   std::string text_file, ids_file;
   std::string reference = "bf16";
+  std::string reference_model;  // empty: the model under test, unquantized
   int context = 512;
   int stride = 0;  // 0: = context
   int max_chunks = 0;
@@ -103,11 +104,13 @@ int run_eval_kld(EvalKldArgs a) {
   SERVE8_CHECK(!chunks.empty(), "eval kld: the text has {} tokens, too few to score", num_tokens);
 
   LlamaModel& model = *e.model;
-  std::unique_ptr<LlamaModel> ref_owner;  // the unquantized weights, when the test side quantizes them
-  if (parse_weight_quant(a.engine.quantization) != WeightQuant::kNone) {
+  // The unquantized weights, when the test side quantizes them, or another checkpoint's (an FP8
+  // one made by `serve8 convert fp8` against its source).
+  std::unique_ptr<LlamaModel> ref_owner;
+  if (parse_weight_quant(a.engine.quantization) != WeightQuant::kNone || !a.reference_model.empty()) {
     LoadOptions lo;
-    lo.model_path = a.engine.model_path;
-    lo.load_format = a.engine.load_format;
+    lo.model_path = a.reference_model.empty() ? a.engine.model_path : a.reference_model;
+    lo.load_format = a.reference_model.empty() ? a.engine.load_format : "auto";
     lo.seed = a.engine.seed;
     ref_owner = load_llama_model(lo, *e.backend, model.max_tokens(), model.max_seqs());
   }
@@ -155,9 +158,10 @@ int run_eval_kld(EvalKldArgs a) {
   for (double d : sc.dp) dp2 += d * d;
   const double rms_dp = std::sqrt(dp2 / static_cast<double>(m));
   const std::string test_dtype(dtype_name(e.kv->config().dtype));
-  fmt::print("weights {}, KV {} against weights {}, KV {}: {} chunks of {} tokens, {} scored predictions (decode "
-             "steps over the pool)\n",
-             model.weight_dtype(), test_dtype, ref_model.weight_dtype(), a.reference, chunks.size(), chunks[0].size(), m);
+  fmt::print(
+      "weights {}, KV {} against weights {}, KV {}: {} chunks of {} tokens, {} scored predictions (decode "
+      "steps over the pool)\n",
+      model.weight_dtype(), test_dtype, ref_model.weight_dtype(), a.reference, chunks.size(), chunks[0].size(), m);
   fmt::print("Mean    KLD: {:10.6f} ± {:.6f}\n", kmean, kerr);
   fmt::print("99.0%   KLD: {:10.6f}\n", p99);
   fmt::print("Maximum KLD: {:10.6f}\n", sorted.back());
@@ -203,6 +207,8 @@ void register_eval_kld(CLI::App& eval, SetAction set_action) {
   app->add_option("--text", a->text_file, "text file (tokenized with the model's tokenizer)");
   app->add_option("--ids-file", a->ids_file, "token ids separated by whitespace (models without a tokenizer)");
   app->add_option("--reference-kv-cache-dtype", a->reference, "bf16 (default), fp16, or fp32 (CPU / --dtype float32)");
+  app->add_option("--reference-model-path", a->reference_model,
+                  "the reference's weights (default: the model under test, unquantized)");
   app->add_option("--context", a->context, "tokens per chunk; the second half is scored");
   app->add_option("--stride", a->stride, "tokens between chunk starts (default: --context)");
   app->add_option("--max-chunks", a->max_chunks, "score at most this many chunks");

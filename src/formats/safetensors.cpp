@@ -137,14 +137,15 @@ std::string safetensors_dtype_name(DType t) {
       return "BF16";
     case DType::kF16:
       return "F16";
-    case DType::kFP8E5M2:
     case DType::kFP8E4M3:
+      return "F8_E4M3";  // FP8 checkpoints (`serve8 convert fp8`)
+    case DType::kFP8E5M2:
     case DType::kI32:
     case DType::kI8:
     case DType::kI4:
       break;
   }
-  fail("serve8 writes safetensors in F32, BF16 or F16, not {}", dtype_name(t));
+  fail("serve8 writes safetensors in F32, BF16, F16 or F8_E4M3, not {}", dtype_name(t));
 }
 
 void convert_elements(const void* src, DType from, void* dst, DType to, size_t n) {

@@ -10,12 +10,18 @@ namespace serve8 {
 
 namespace {
 
-std::vector<float> row_scales(std::span<const float> w, int64_t n, int64_t k) {
-  std::vector<float> s(static_cast<size_t>(n));
+// Each row's scale (amax / 448) and its inverse as `--quantization fp8` computes it (448 / amax),
+// so that rounding to nearest here gives the codes quantizing at load does.
+struct RowScales {
+  std::vector<float> scale, inv;
+};
+RowScales row_scales(std::span<const float> w, int64_t n, int64_t k) {
+  RowScales s{std::vector<float>(static_cast<size_t>(n)), std::vector<float>(static_cast<size_t>(n))};
   for (int64_t i = 0; i < n; ++i) {
     float amax = 0.0f;
     for (int64_t j = 0; j < k; ++j) amax = std::max(amax, std::fabs(w[static_cast<size_t>(i * k + j)]));
-    s[static_cast<size_t>(i)] = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+    s.scale[static_cast<size_t>(i)] = amax > 0.0f ? amax / kE4M3Max : 1.0f;
+    s.inv[static_cast<size_t>(i)] = amax > 0.0f ? kE4M3Max / amax : 0.0f;
   }
   return s;
 }
@@ -73,23 +79,37 @@ std::vector<double> inverse_cholesky_upper(std::vector<double> h, int64_t k) {
 Fp8Matrix round_fp8_rows(std::span<const float> w, int64_t n, int64_t k) {
   SERVE8_CHECK(n >= 0 && k >= 0 && static_cast<int64_t>(w.size()) == n * k, "FP8 rounding: {} weights are not {} x {}",
                w.size(), n, k);
-  Fp8Matrix m{std::vector<uint8_t>(w.size()), row_scales(w, n, k)};
+  RowScales rs = row_scales(w, n, k);
+  Fp8Matrix m{std::vector<uint8_t>(w.size()), std::move(rs.scale)};
   for (int64_t i = 0; i < n; ++i) {
-    const float inv = 1.0f / m.scale[static_cast<size_t>(i)];
+    const float inv = rs.inv[static_cast<size_t>(i)];
     for (int64_t j = 0; j < k; ++j)
       m.codes[static_cast<size_t>(i * k + j)] = f32_to_e4m3(w[static_cast<size_t>(i * k + j)] * inv);
   }
   return m;
 }
 
-Fp8Matrix round_fp8_rows_gptq(std::span<const float> w, int64_t n, int64_t k, std::span<const double> h, double damp) {
+Fp8Matrix round_fp8_rows_gptq(std::span<const float> w, int64_t n, int64_t k, std::span<const double> h, double damp,
+                              bool act_order) {
   SERVE8_CHECK(n >= 0 && k >= 0 && static_cast<int64_t>(w.size()) == n * k && static_cast<int64_t>(h.size()) == k * k &&
                    damp >= 0.0,
                "GPTQ: {} weights and a {}-entry H do not make an {} x {} matrix (damping {})", w.size(), h.size(), n, k,
                damp);
-  Fp8Matrix m{std::vector<uint8_t>(w.size()), row_scales(w, n, k)};
+  RowScales rs = row_scales(w, n, k);
+  Fp8Matrix m{std::vector<uint8_t>(w.size()), std::move(rs.scale)};
   if (n == 0 || k == 0) return m;
-  std::vector<double> hd(h.begin(), h.end());
+  // Column order: perm[i] is the input rounded i-th; hd is H in that order.
+  std::vector<int64_t> perm(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) perm[static_cast<size_t>(i)] = i;
+  if (act_order)
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
+      return h[static_cast<size_t>(x * k + x)] > h[static_cast<size_t>(y * k + y)];
+    });
+  std::vector<double> hd(static_cast<size_t>(k * k));
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      hd[static_cast<size_t>(i * k + j)] =
+          h[static_cast<size_t>(perm[static_cast<size_t>(i)] * k + perm[static_cast<size_t>(j)])];
   std::vector<uint8_t> dead(static_cast<size_t>(k), 0);
   double mean_diag = 0.0;
   for (int64_t i = 0; i < k; ++i) mean_diag += hd[static_cast<size_t>(i * k + i)];
@@ -106,13 +126,15 @@ Fp8Matrix round_fp8_rows_gptq(std::span<const float> w, int64_t n, int64_t k, st
   const std::vector<double> u = inverse_cholesky_upper(std::move(hd), k);
 #pragma omp parallel for schedule(static) if (n * k * k >= (int64_t{1} << 24))
   for (int64_t r = 0; r < n; ++r) {
-    std::vector<double> row(w.begin() + r * k, w.begin() + (r + 1) * k);
-    const float s = m.scale[static_cast<size_t>(r)];
+    std::vector<double> row(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i)
+      row[static_cast<size_t>(i)] = w[static_cast<size_t>(r * k + perm[static_cast<size_t>(i)])];
+    const float s = m.scale[static_cast<size_t>(r)], inv = rs.inv[static_cast<size_t>(r)];
     for (int64_t i = 0; i < k; ++i) {
       // Spread errors can push a later weight past the row's largest: clamp to the grid's end.
-      const double x = std::clamp(row[static_cast<size_t>(i)] / s, -double{kE4M3Max}, double{kE4M3Max});
-      const uint8_t c = f32_to_e4m3(static_cast<float>(x));
-      m.codes[static_cast<size_t>(r * k + i)] = c;
+      const float x = std::clamp(static_cast<float>(row[static_cast<size_t>(i)]) * inv, -kE4M3Max, kE4M3Max);
+      const uint8_t c = f32_to_e4m3(x);
+      m.codes[static_cast<size_t>(r * k + perm[static_cast<size_t>(i)])] = c;
       if (dead[static_cast<size_t>(i)]) continue;
       const double err = (row[static_cast<size_t>(i)] - double{e4m3_to_f32(c)} * s) / u[static_cast<size_t>(i * k + i)];
       for (int64_t j = i + 1; j < k; ++j) row[static_cast<size_t>(j)] -= err * u[static_cast<size_t>(i * k + j)];

@@ -21,11 +21,13 @@ struct Fp8Matrix {
 Fp8Matrix round_fp8_rows(std::span<const float> w, int64_t n, int64_t k);
 
 // w [N, K] as above, rounded GPTQ's way; h [K, K] symmetric positive semi-definite (the inputs'
-// second moments). damp: fraction of H's mean diagonal added to its diagonal (GPTQ's 0.01) so
-// that it inverts; inputs that never vary (zero diagonal) keep their weights rounded alone.
-// Throws serve8::Error on mismatched sizes or an H that still does not factor.
+// second moments, both triangles). damp: fraction of H's mean diagonal added to its diagonal
+// (GPTQ's 0.01) so that it inverts; inputs that never vary (zero diagonal) keep their weights
+// rounded alone. act_order: columns of the inputs with the largest second moments first (GPTQ's
+// act-order), whose errors then spread over the rest. Throws serve8::Error on mismatched sizes or
+// an H that still does not factor.
 Fp8Matrix round_fp8_rows_gptq(std::span<const float> w, int64_t n, int64_t k, std::span<const double> h,
-                              double damp = 0.01);
+                              double damp = 0.01, bool act_order = true);
 
 // The weights an Fp8Matrix stands for, [N, K] fp32.
 std::vector<float> fp8_matrix_values(const Fp8Matrix& m, int64_t n, int64_t k);

@@ -212,6 +212,7 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   Tensor q = qkv.rows(0, t * qs).reshape({t, heads, d});
   Tensor k = qkv.rows(t * qs, t * kvs).reshape({t, kv_heads, d});
   Tensor v = qkv.rows(t * (qs + kvs), t * kvs).reshape({t, kv_heads, d});
+  if (linear_observer_) linear_observer_(l, Matrix::kQkv, in.x);
   if (t == 1) {
     linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({1, qs + 2 * kvs}));
   } else {
@@ -230,6 +231,7 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   Tensor attn = attn_out_.view(c, {t, heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
+  if (linear_observer_) linear_observer_(l, Matrix::kO, attn.reshape({t, qs}));
   linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // o_proj is row-parallel: each rank has a partial sum
 
@@ -239,10 +241,12 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   backend_.add_rmsnorm(proj_out, residual, w.ffn_norm, config_.rms_norm_eps, normed,
                        normed_rows ? &*normed_rows : nullptr);
   Tensor gate_up = gate_up_.view(c, {t, 2 * inter});
+  if (linear_observer_) linear_observer_(l, Matrix::kGateUp, normed);
   linear(made_input(normed, normed_rows), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
   Tensor act = act_.view(c, {t, inter});
   const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, inter);
   backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
+  if (linear_observer_) linear_observer_(l, Matrix::kDown, act);
   linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // down is row-parallel too
 }

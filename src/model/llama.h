@@ -75,6 +75,12 @@ class LlamaModel {
   // the compute dtype (calibration records their maxima). Empty by default.
   using KvObserver = std::function<void(int layer, const Tensor& k, const Tensor& v)>;
   void set_kv_observer(KvObserver observer) { kv_observer_ = std::move(observer); }
+  // Called with each layer matrix's input [T, K] in the compute dtype before its GEMM (`serve8
+  // convert fp8` gathers GPTQ's statistics from them). Empty by default.
+  enum class Matrix { kQkv, kO, kGateUp, kDown };
+  using LinearObserver = std::function<void(int layer, Matrix matrix, const Tensor& input)>;
+  void set_linear_observer(LinearObserver observer) { linear_observer_ = std::move(observer); }
+  const LlamaWeights& weights() const { return weights_; }
 
  private:
   struct DecodeGraph {
@@ -105,6 +111,7 @@ class LlamaModel {
   int max_seqs_;
   float softmax_scale_;
   KvObserver kv_observer_;
+  LinearObserver linear_observer_;
   std::vector<DecodeGraph> graphs_;  // ascending batch sizes
   KvCache* graph_kv_ = nullptr;
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket

@@ -147,6 +147,38 @@ def test_per_tensor_checkpoints_equal_their_scale_per_channel(models, tmp_path):
     assert 1e-4 < err < 1.5 * err_pc
 
 
+def convert(model, out, *args):
+    r = subprocess.run([BIN, "convert", "fp8", "--model-path", str(model), "--output", str(out), *args],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+def test_convert_rtn_writes_what_quantization_at_load_computes(models, tmp_path):
+    out = convert(models["dense"], tmp_path / "rtn", "--method", "rtn")
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quantization_config"]["quant_method"] == "compressed-tensors"
+    got, log = logits(out, tmp_path)
+    assert "FP8 checkpoint" in log, log[-1000:]
+    want, _ = logits(models["dense"], tmp_path, "--quantization", "fp8")
+    np.testing.assert_array_equal(got, want)
+
+
+def test_convert_gptq_lands_nearer_the_dense_model(models, tmp_path):
+    # Calibration: random ids (the checkpoint has no tokenizer), 32 documents of 64.
+    rng = np.random.default_rng(5)
+    ids = tmp_path / "calib.txt"
+    ids.write_text("".join(" ".join(str(t) for t in rng.integers(3, 256, 64)) + "\n" for _ in range(32)))
+    out = convert(models["dense"], tmp_path / "gptq", "--calibration-ids", str(ids), "--context", "64")
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["serve8"]["rounding"] == "gptq"
+    dense, _ = logits(models["dense"], tmp_path)
+    rtn, _ = logits(models["dense"], tmp_path, "--quantization", "fp8")
+    gptq, _ = logits(out, tmp_path)
+    err_rtn, err_gptq = np.linalg.norm(rtn - dense), np.linalg.norm(gptq - dense)
+    print(f"logits against fp32: rounding to nearest {err_rtn:.4f}, GPTQ {err_gptq:.4f}")
+    assert err_gptq < 0.9 * err_rtn
+
+
 @pytest.mark.parametrize("qc, needle", [
     ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "block-wise"),
     ({"quant_method": "awq", "bits": 4}, "'awq' is not supported"),
