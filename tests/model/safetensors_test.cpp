@@ -290,13 +290,27 @@ TEST(Safetensors, CorruptedFilesFailCleanly) {
   EXPECT_GT(failures, 100);
 }
 
-TEST(Safetensors, WriterRejectsDuplicatesAndFp8) {
+TEST(Safetensors, WriterRejectsDuplicatesAndE5m2) {
   TempDir dir;
   float v = 1.0f;
   SafetensorsWriter w(dir.file("w.safetensors"));
   w.add("a", DType::kF32, {1}, &v);
   EXPECT_THROW(w.add("a", DType::kF32, {1}, &v), Error);
-  EXPECT_THROW(w.add("b", DType::kFP8E4M3, {1}, &v), Error);
+  EXPECT_THROW(w.add("b", DType::kFP8E5M2, {1}, &v), Error);  // FP8 checkpoints store e4m3
+}
+
+// FP8 checkpoints (`serve8 convert fp8`): e4m3 codes are written as F8_E4M3 and read back as stored.
+TEST(Safetensors, WriterStoresE4m3Codes) {
+  TempDir dir;
+  const uint8_t codes[6] = {0x00, 0x38, 0xc8, 0x7e, 0x01, 0x80};  // 0, 1, -4, 448, the least, -0
+  SafetensorsWriter w(dir.file("w.safetensors"));
+  w.add("q", DType::kFP8E4M3, {2, 3}, codes);
+  w.finish();
+  const SafetensorsFile f(dir.file("w.safetensors"));
+  const SafetensorsTensor& t = f.tensor("q");
+  EXPECT_EQ(f.dtype(t), DType::kFP8E4M3);
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(0, std::memcmp(f.raw(t), codes, sizeof codes));
 }
 
 }  // namespace
