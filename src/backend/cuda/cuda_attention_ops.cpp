@@ -123,7 +123,6 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
 // The fixed arrays, one after another in one allocation: per token, per sequence, the prefill
 // work list, then kv_indices. Padded CUDA-graph rows count as sequences of one KV entry.
 void CudaBackend::reserve_batch_arrays() {
-  on_device();
   if (limits_.max_tokens == 0) return;  // sized once the limits are known
   const int64_t t = limits_.max_tokens, b = limits_.max_seqs;
   const int group = limits_.num_kv_heads > 0 ? std::max(1, limits_.num_q_heads / limits_.num_kv_heads) : 1;
@@ -225,7 +224,6 @@ DeviceBatch CudaBackend::upload_batch(const ForwardBatch& batch, KvCache& kv) {
 }
 
 void CudaBackend::check_current_batch(const DeviceBatch& batch, const char* op) const {
-  on_device();
   SERVE8_CHECK(batch.host != nullptr && batch.tokens.data == batch_tokens_ && batch_generation_ > 0,
                "{}: the batch was not made by this backend's latest upload_batch", op);
 }
@@ -272,7 +270,6 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
 
 // The int8/int4 pools' rotated q: a buffer for the most tokens a step has, once such a pool exists.
 void CudaBackend::reserve_rotation() {
-  on_device();
   if (!rotated_pool_ || limits_.max_tokens == 0) return;
   const size_t bytes = static_cast<size_t>(limits_.max_tokens) * static_cast<size_t>(limits_.num_q_heads) *
                        static_cast<size_t>(limits_.head_dim) * 2;

@@ -350,7 +350,6 @@ void CudaBackend::gather_rows(const Tensor& x, const Tensor& rows, Tensor out) {
 
 void CudaBackend::rmsnorm_impl(const char* op, const Tensor& x, Tensor* residual, const Tensor& weight, float eps,
                                Tensor out, const Fp8Rows* fp8) {
-  on_device();
   check_activation(x, op, "x");
   check_dtype(out, x.dtype, op, "out");
   SERVE8_CHECK(x.ndim == 2, "{}: x has shape {}, expected [T, H]", op, x.shape_str());

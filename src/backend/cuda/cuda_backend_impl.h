@@ -50,7 +50,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   int device() const { return device_; }
-  // Makes this backend's GPU the calling thread's current device. Every entry point calls it: a
+  // Makes this backend's GPU the calling thread's current device. Every public entry point calls it: a
   // tensor-parallel process drives one backend per GPU, and its main thread loads them all.
   void on_device() const noexcept;
 
