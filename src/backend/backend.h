@@ -313,6 +313,9 @@ class Backend {
   // Communicators for ranks 0..n-1, each rank on its own backend of this kind; all_reduce_sum
   // takes up to max_reduce_elems elements a call.
   virtual std::vector<std::unique_ptr<Communicator>> create_communicators(int n, int64_t max_reduce_elems);
+  // Throws, naming what is missing, where create_communicators(n, ...) would; makes nothing, so a
+  // group is refused before any weights load.
+  virtual void check_communicators(int n) const;
   // A vocabulary-parallel embedding: table [V_r, H] holds the rows of ids [first_id, first_id +
   // V_r); out[t] = table[ids[t] - first_id] for ids inside it, zeros for the rest (their rank adds
   // them in the all-reduce that follows).

@@ -124,6 +124,11 @@ RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int
 
 std::vector<std::unique_ptr<Communicator>> Backend::create_communicators(int n, int64_t max_reduce_elems) {
   (void)max_reduce_elems;
+  check_communicators(n);
+  fail("--tp-size {}: the {} backend has no communicator for tensor parallelism", n, name());
+}
+
+void Backend::check_communicators(int n) const {
   fail("--tp-size {}: the {} backend has no communicator for tensor parallelism", n, name());
 }
 

@@ -219,7 +219,7 @@ EngineParts create_engine_parts(const EngineArgs& args) {
       local_ranks = static_cast<int>(ranks.size());
       gloo = std::make_shared<GlooGroup>(gloo_options(args, ranks));
     } else {
-      backend->create_communicators(args.tp_size, 0);  // a backend without them refuses before loading
+      backend->check_communicators(args.tp_size);  // refused before loading, by name
     }
     const DType compute = backend->compute_dtype();
     model = load_tp_llama_model(

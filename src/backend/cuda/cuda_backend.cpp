@@ -175,12 +175,20 @@ bool cuda_has_nccl() {
 #endif
 }
 
+void CudaBackend::check_communicators(int n) const {
+  SERVE8_CHECK(cuda_has_nccl(), "--tp-size {}: this serve8 was built without NCCL (no nccl.h at configure time)", n);
+  const int visible = cuda_device_count();
+  SERVE8_CHECK(n >= 1 && n <= visible, "--tp-size {}: tensor parallelism on CUDA puts one rank on each GPU; {} visible",
+               n, visible);
+}
+
 std::vector<std::unique_ptr<Communicator>> CudaBackend::create_communicators(int n, int64_t max_reduce_elems) {
   (void)max_reduce_elems;  // NCCL reduces in place
+  check_communicators(n);
 #ifdef SERVE8_HAVE_NCCL
   return make_nccl_communicators(n);
 #else
-  fail("--tp-size {}: this serve8 was built without NCCL (no nccl.h at configure time)", n);
+  return {};  // unreachable: check_communicators refused
 #endif
 }
 

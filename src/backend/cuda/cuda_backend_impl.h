@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   void embedding_shard(const Tensor& table, const Tensor& ids, int64_t first_id, Tensor out) override;
   // NCCL communicators over GPUs 0..n-1 (each rank's backend made with that device).
   std::vector<std::unique_ptr<Communicator>> create_communicators(int n, int64_t max_reduce_elems) override;
+  void check_communicators(int n) const override;
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor out) override;
   void add_rmsnorm(const Tensor& x, Tensor residual, const Tensor& weight, float eps, Tensor out,
                    const Fp8Rows* fp8 = nullptr) override;

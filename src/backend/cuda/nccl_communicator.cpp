@@ -4,7 +4,6 @@
 
 #include <numeric>
 
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/nccl_api.h"
@@ -143,9 +142,6 @@ class NcclCommunicator final : public Communicator {
 }  // namespace
 
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n) {
-  const int visible = cuda_device_count();
-  SERVE8_CHECK(n >= 1 && n <= visible, "--tp-size {}: tensor parallelism on CUDA puts one rank on each GPU; {} visible",
-               n, visible);
   std::vector<int> devices(static_cast<size_t>(n));
   std::iota(devices.begin(), devices.end(), 0);
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));

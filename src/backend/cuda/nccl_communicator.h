@@ -11,7 +11,7 @@
 
 namespace serve8 {
 
-// Ranks 0..n-1 on GPUs 0..n-1; throws naming the GPUs visible when there are fewer than n.
+// Ranks 0..n-1 on GPUs 0..n-1 (CudaBackend::check_communicators has checked there are n).
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(int n);
 
 }  // namespace serve8
