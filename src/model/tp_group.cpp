@@ -118,17 +118,12 @@ void TpGroup::run_peer(size_t peer) {
   }
 }
 
-Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
-  omp_set_num_threads(threads_per_rank_);  // the calling thread is rank 0
-  if (by_broadcast_) {
-    broadcast(TpJob::kForward, &batch, {});
-    return rank0_.forward_rank(batch, kv0);
-  }
-  batch_ = &batch;
-  start(Job::kForward);
-  Tensor logits;
+template <typename F>
+auto TpGroup::run_all(Job job, F&& rank0) {
+  start(job);
+  decltype(rank0()) result;
   try {
-    logits = rank0_.forward_rank(batch, kv0);
+    result = rank0();
   } catch (...) {
     rank0_.communicator()->abort();
     try {
@@ -138,26 +133,23 @@ Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
     throw;
   }
   finish();
-  return logits;
+  return result;
+}
+
+Tensor TpGroup::forward(const ForwardBatch& batch, KvCache& kv0) {
+  omp_set_num_threads(threads_per_rank_);  // the calling thread is rank 0
+  if (by_broadcast_) {
+    broadcast(TpJob::kForward, &batch, {});
+    return rank0_.forward_rank(batch, kv0);
+  }
+  batch_ = &batch;
+  return run_all(Job::kForward, [&] { return rank0_.forward_rank(batch, kv0); });
 }
 
 int TpGroup::enable_decode_graphs(KvCache& kv0, int max_bs) {
   SERVE8_CHECK(!by_broadcast_, "CUDA graphs: ranks in other processes capture none");
   graph_max_bs_ = max_bs;
-  start(Job::kGraphs);
-  int n = 0;
-  try {
-    n = rank0_.enable_decode_graphs_rank(kv0, max_bs);
-  } catch (...) {
-    rank0_.communicator()->abort();
-    try {
-      finish();
-    } catch (...) {  // the peers' errors follow from rank 0's
-    }
-    throw;
-  }
-  finish();
-  return n;
+  return run_all(Job::kGraphs, [&] { return rank0_.enable_decode_graphs_rank(kv0, max_bs); });
 }
 
 Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
@@ -167,20 +159,7 @@ Tensor TpGroup::logits_of_rows(std::span<const int32_t> rows) {
     return rank0_.logits_of_rows_rank(rows);
   }
   rows_ = rows;
-  start(Job::kLogitsOfRows);
-  Tensor logits;
-  try {
-    logits = rank0_.logits_of_rows_rank(rows);
-  } catch (...) {
-    rank0_.communicator()->abort();
-    try {
-      finish();
-    } catch (...) {
-    }
-    throw;
-  }
-  finish();
-  return logits;
+  return run_all(Job::kLogitsOfRows, [&] { return rank0_.logits_of_rows_rank(rows); });
 }
 
 namespace {

@@ -64,6 +64,10 @@ class TpGroup {
   enum class Job { kNone, kForward, kLogitsOfRows, kGraphs, kStop };
   void start(Job job);
   void finish();  // waits for the peers; rethrows the first failure
+  // Starts `job` on the peers, runs rank0() here, waits; a failure on rank 0 aborts its
+  // communicator so that the peers' collectives return, and is the error reported.
+  template <typename F>
+  auto run_all(Job job, F&& rank0);
   void worker(size_t peer);
   void run_peer(size_t peer);
   void broadcast(TpJob job, const ForwardBatch* batch, std::span<const int32_t> rows);
