@@ -1,44 +1,31 @@
 #include "backend/cuda/cublaslt_api.h"
 
-#include <dlfcn.h>
-
 #include <string>
 
-#include "core/error.h"
+#include "backend/cuda/shared_library.h"
 
 namespace serve8 {
 
 namespace {
 
-template <typename F>
-void bind(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  SERVE8_CHECK(fn != nullptr, "cuBLASLt: no symbol {} in the library ({})", name, dlerror());
-}
-
 CublasLtApi open_cublaslt() {
-  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-  const std::string in_toolkit = std::string(SERVE8_CUDA_LIBRARY_DIR) + "/" + soname;
-  if (lib == nullptr) lib = dlopen(in_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
-  SERVE8_CHECK(lib != nullptr, "cuBLASLt: cannot open {} (from the loader's path or {}): {}", soname, in_toolkit,
-               dlerror());
+  const SharedLibrary lib("cuBLASLt", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
   CublasLtApi api{};
-  bind(lib, "cublasLtCreate", api.Create);
-  bind(lib, "cublasLtDestroy", api.Destroy);
-  bind(lib, "cublasLtGetStatusName", api.GetStatusName);
-  bind(lib, "cublasLtGetStatusString", api.GetStatusString);
-  bind(lib, "cublasLtMatmul", api.Matmul);
-  bind(lib, "cublasLtMatmulAlgoGetHeuristic", api.MatmulAlgoGetHeuristic);
-  bind(lib, "cublasLtMatmulDescCreate", api.MatmulDescCreate);
-  bind(lib, "cublasLtMatmulDescDestroy", api.MatmulDescDestroy);
-  bind(lib, "cublasLtMatmulDescSetAttribute", api.MatmulDescSetAttribute);
-  bind(lib, "cublasLtMatmulPreferenceCreate", api.MatmulPreferenceCreate);
-  bind(lib, "cublasLtMatmulPreferenceDestroy", api.MatmulPreferenceDestroy);
-  bind(lib, "cublasLtMatmulPreferenceSetAttribute", api.MatmulPreferenceSetAttribute);
-  bind(lib, "cublasLtMatrixLayoutCreate", api.MatrixLayoutCreate);
-  bind(lib, "cublasLtMatrixLayoutDestroy", api.MatrixLayoutDestroy);
-  return api;  // the library stays open for the process's life
+  lib.bind("cublasLtCreate", api.Create);
+  lib.bind("cublasLtDestroy", api.Destroy);
+  lib.bind("cublasLtGetStatusName", api.GetStatusName);
+  lib.bind("cublasLtGetStatusString", api.GetStatusString);
+  lib.bind("cublasLtMatmul", api.Matmul);
+  lib.bind("cublasLtMatmulAlgoGetHeuristic", api.MatmulAlgoGetHeuristic);
+  lib.bind("cublasLtMatmulDescCreate", api.MatmulDescCreate);
+  lib.bind("cublasLtMatmulDescDestroy", api.MatmulDescDestroy);
+  lib.bind("cublasLtMatmulDescSetAttribute", api.MatmulDescSetAttribute);
+  lib.bind("cublasLtMatmulPreferenceCreate", api.MatmulPreferenceCreate);
+  lib.bind("cublasLtMatmulPreferenceDestroy", api.MatmulPreferenceDestroy);
+  lib.bind("cublasLtMatmulPreferenceSetAttribute", api.MatmulPreferenceSetAttribute);
+  lib.bind("cublasLtMatrixLayoutCreate", api.MatrixLayoutCreate);
+  lib.bind("cublasLtMatrixLayoutDestroy", api.MatrixLayoutDestroy);
+  return api;
 }
 
 }  // namespace

@@ -1,39 +1,26 @@
 #include "backend/cuda/nccl_api.h"
 
-#include <dlfcn.h>
-
 #include <string>
 
+#include "backend/cuda/shared_library.h"
 #include "core/error.h"
 
 namespace serve8 {
 
 namespace {
 
-template <typename F>
-void bind(void* lib, const char* name, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  SERVE8_CHECK(fn != nullptr, "NCCL: no symbol {} in the library ({})", name, dlerror());
-}
-
 NcclApi open_nccl() {
-  const std::string soname = "libnccl.so." + std::to_string(NCCL_MAJOR);
-  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-  const std::string in_toolkit = std::string(SERVE8_CUDA_LIBRARY_DIR) + "/" + soname;
-  if (lib == nullptr) lib = dlopen(in_toolkit.c_str(), RTLD_NOW | RTLD_LOCAL);
-  SERVE8_CHECK(lib != nullptr,
-               "NCCL: cannot open {} (from the loader's path or {}): {}; PyPI's nvidia-nccl-cu13 has it in "
-               "nvidia/nccl/lib (add that to LD_LIBRARY_PATH)",
-               soname, in_toolkit, dlerror());
+  const SharedLibrary lib("NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR),
+                          "; PyPI's nvidia-nccl-cu13 has it in nvidia/nccl/lib (add that to LD_LIBRARY_PATH)");
   NcclApi api{};
-  bind(lib, "ncclGetVersion", api.GetVersion);
-  bind(lib, "ncclGetErrorString", api.GetErrorString);
-  bind(lib, "ncclCommInitAll", api.CommInitAll);
-  bind(lib, "ncclCommDestroy", api.CommDestroy);
-  bind(lib, "ncclCommAbort", api.CommAbort);
-  bind(lib, "ncclAllReduce", api.AllReduce);
-  bind(lib, "ncclAllGather", api.AllGather);
-  return api;  // the library stays open for the process's life
+  lib.bind("ncclGetVersion", api.GetVersion);
+  lib.bind("ncclGetErrorString", api.GetErrorString);
+  lib.bind("ncclCommInitAll", api.CommInitAll);
+  lib.bind("ncclCommDestroy", api.CommDestroy);
+  lib.bind("ncclCommAbort", api.CommAbort);
+  lib.bind("ncclAllReduce", api.AllReduce);
+  lib.bind("ncclAllGather", api.AllGather);
+  return api;
 }
 
 }  // namespace
