@@ -6,32 +6,22 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "backend/backend.h"
+#include "dummy_llama.h"
 #include "engine/direct_batch.h"
 #include "engine/engine.h"
 
 namespace serve8 {
 namespace {
 
-std::string write_config() {
-  const auto dir = std::filesystem::temp_directory_path() / ("serve8-graph-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512,
-    "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "vocab_size": 1000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})";
-  return dir.string();
-}
-
 class CudaGraphs : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaGraphs, DecodeMatchesOpByOp) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   EngineArgs a;
-  a.model_path = write_config();
+  a.model_path = testing::write_dummy_llama_config("graph");
   a.kv_cache_dtype = GetParam();
   a.load_format = "dummy";
   a.device = "cuda";

@@ -6,28 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
+#include "dummy_llama.h"
 #include "engine/direct_batch.h"
 #include "model/tp_group.h"
 #include "stories_fixture.h"
 
 namespace serve8 {
 namespace {
-
-std::string write_config() {
-  const auto dir = std::filesystem::temp_directory_path() / ("serve8-tp-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 512,
-    "intermediate_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "vocab_size": 1000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0})";
-  return dir.string();
-}
 
 std::unique_ptr<KvCache> pool(Backend& b, const LlamaModel& m) {
   KvCacheConfig c{m.config().num_layers, m.tp_shard().num_kv_heads, m.config().head_dim, DType::kBF16, 8192};
@@ -40,7 +30,7 @@ TEST(CudaTensorParallel, NcclGroupOfOneMatchesTheWholeModel) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU visible";
   if (!cuda_has_nccl()) GTEST_SKIP() << "built without NCCL";
   LoadOptions lo;
-  lo.model_path = write_config();
+  lo.model_path = testing::write_dummy_llama_config("tp");
   lo.load_format = "dummy";
   constexpr int kMaxTokens = 2048, kMaxSeqs = 8;
   auto b_whole = create_backend("cuda", DType::kBF16), b_tp = create_backend("cuda", DType::kBF16);
