@@ -73,9 +73,7 @@ Int4Row fit_int4_row(const float* x, int64_t n) {
 KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_tensor(kv.k, op, "kv.k");
   SERVE8_CHECK(kv.k.ndim == 4 && kv.k.dim(2) == kKvPageSize,
-               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, "
-               "head_dim]",
-               op, kv.k.shape_str(), kKvPageSize);
+               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, head_dim]", op, kv.k.shape_str(), kKvPageSize);
   const bool i4 = kv.k.dtype == DType::kI4;
   const KvGeometry g{kv.k.dim(0) * kKvPageSize, kv.k.dim(1), kv.k.dim(3) * (i4 ? 2 : 1)};
   check_shape(kv.v, {kv.k.dim(0), g.heads, kKvPageSize, kv.k.dim(3)}, op, "kv.v");

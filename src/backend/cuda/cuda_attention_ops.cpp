@@ -18,9 +18,7 @@ struct KvGeometry {
 
 KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
   SERVE8_CHECK(kv.k.ndim == 4 && kv.k.dim(2) == kKvPageSize,
-               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, "
-               "head_dim]",
-               op, kv.k.shape_str(), kKvPageSize);
+               "{}: kv.k has shape {}, expected [pages, kv_heads, {}, head_dim]", op, kv.k.shape_str(), kKvPageSize);
   const int64_t width = kv.k.dim(3);
   const KvGeometry g{kv.k.dim(0) * kKvPageSize, kv.k.dim(1), kv.k.dtype == DType::kI4 ? 2 * width : width};
   SERVE8_CHECK(kv.v.ndim == 4 && kv.v.dim(0) == kv.k.dim(0) && kv.v.dim(1) == g.heads && kv.v.dim(2) == kKvPageSize &&
