@@ -17,7 +17,9 @@
 #include "engine/direct_batch.h"
 #include "engine/engine.h"
 #include "formats/safetensors.h"
+#include "model/builtin_models.h"
 #include "model/gptq.h"
+#include "model/weights.h"
 
 namespace serve8 {
 
@@ -29,22 +31,6 @@ struct ConvertFp8Args {
   int calibration_tokens = 16384, context = 512;
   double damp = 0.01;
 };
-
-// The matrices of one layer, in LlamaModel::Matrix order, with their HF tensors' names and rows.
-struct Part {
-  std::string name;
-  int64_t rows;
-};
-
-std::vector<std::vector<Part>> layer_parts(const ModelConfig& c, int layer) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-  return {{{p + "self_attn.q_proj", c.q_size()},
-           {p + "self_attn.k_proj", c.kv_size()},
-           {p + "self_attn.v_proj", c.kv_size()}},
-          {{p + "self_attn.o_proj", c.hidden_size}},
-          {{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}},
-          {{p + "mlp.down_proj", c.hidden_size}}};
-}
 
 std::vector<float> host_f32(const Tensor& t) {
   SERVE8_CHECK(t.dtype == DType::kF32, "convert fp8: {} weights; the CPU backend's are fp32", dtype_name(t.dtype));
@@ -105,25 +91,32 @@ int run_convert_fp8(ConvertFp8Args a) {
 
   std::filesystem::create_directories(a.output);
   SafetensorsWriter out((std::filesystem::path(a.output) / "model.safetensors").string());
-  std::vector<std::vector<float>> keep;  // fp32 tensors the writer reads at finish()
+  // Tensors left unquantized keep the checkpoint's dtype; a GGUF file's (dequantized from its own
+  // formats) stay fp32, which holds them exactly.
+  const bool from_gguf = a.engine.model_path.ends_with(".gguf") || is_builtin_model_path(a.engine.model_path);
+  const DType dense = from_gguf ? DType::kF32 : c.torch_dtype;
   std::vector<Fp8Matrix> fp8;
-  const auto add_f32 = [&](const std::string& name, const Tensor& t, std::vector<int64_t> shape) {
-    keep.push_back(host_f32(t));
-    out.add(name, DType::kF32, std::move(shape), keep.back().data());
+  // Written at finish() from the model's own (fp32, host) tensors, which outlive the writer.
+  const auto add_dense = [&](const std::string& name, const Tensor& t, int64_t offset, std::vector<int64_t> shape) {
+    SERVE8_CHECK(t.dtype == DType::kF32, "convert fp8: {} weights; the CPU backend's are fp32", dtype_name(t.dtype));
+    const float* src = t.ptr<const float>() + offset;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out.add(name, dense, std::move(shape),
+            [src, n, dense](void* dst) { convert_elements(src, DType::kF32, dst, dense, static_cast<size_t>(n)); });
   };
-  keep.reserve(static_cast<size_t>(c.num_layers) * 4 + 4);
   fp8.reserve(static_cast<size_t>(c.num_layers) * 4);
   const LlamaWeights& w = e.model->weights();
-  add_f32("model.embed_tokens.weight", w.embed, {c.vocab_size, c.hidden_size});
-  add_f32("model.norm.weight", w.final_norm, {c.hidden_size});
-  if (!c.tie_word_embeddings) add_f32("lm_head.weight", w.lm_head, {c.vocab_size, c.hidden_size});
+  add_dense("model.embed_tokens.weight", w.embed, 0, {c.vocab_size, c.hidden_size});
+  add_dense("model.norm.weight", w.final_norm, 0, {c.hidden_size});
+  if (!c.tie_word_embeddings) add_dense("lm_head.weight", w.lm_head, 0, {c.vocab_size, c.hidden_size});
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    add_f32(p + "input_layernorm.weight", lw.attn_norm, {c.hidden_size});
-    add_f32(p + "post_attention_layernorm.weight", lw.ffn_norm, {c.hidden_size});
+    add_dense(p + "input_layernorm.weight", lw.attn_norm, 0, {c.hidden_size});
+    add_dense(p + "post_attention_layernorm.weight", lw.ffn_norm, 0, {c.hidden_size});
     const Tensor* mats[4] = {&lw.wqkv, &lw.wo, &lw.w_gate_up, &lw.w_down};
-    const auto parts = layer_parts(c, l);
+    const auto parts = layer_modules(c, l);
     for (int m = 0; m < 4; ++m) {
       const int64_t n = mats[m]->dim(0), k = ks[m];
       const std::vector<float> wf = host_f32(*mats[m]);
@@ -135,28 +128,26 @@ int run_convert_fp8(ConvertFp8Args a) {
       fp8.push_back(a.method == "gptq" ? round_fp8_rows_gptq(wf, n, k, h[static_cast<size_t>(l * 4 + m)], a.damp)
                                        : round_fp8_rows(wf, n, k));
       int64_t row = 0;
-      for (const Part& part : parts[static_cast<size_t>(m)]) {
+      for (const HfModule& part : parts[static_cast<size_t>(m)]) {
         out.add(part.name + ".weight", DType::kFP8E4M3, {part.rows, k}, fp8.back().codes.data() + row * k);
         out.add(part.name + ".weight_scale", DType::kF32, {part.rows, 1}, fp8.back().scale.data() + row);
         row += part.rows;
       }
     }
     if (c.attention_bias) {
-      const std::vector<float> b = host_f32(lw.bqkv);
-      const int64_t q = c.q_size(), kv = c.kv_size();
-      keep.emplace_back(b.begin(), b.begin() + q);
-      out.add(p + "self_attn.q_proj.bias", DType::kF32, {q}, keep.back().data());
-      keep.emplace_back(b.begin() + q, b.begin() + q + kv);
-      out.add(p + "self_attn.k_proj.bias", DType::kF32, {kv}, keep.back().data());
-      keep.emplace_back(b.begin() + q + kv, b.end());
-      out.add(p + "self_attn.v_proj.bias", DType::kF32, {kv}, keep.back().data());
+      int64_t row = 0;
+      for (const HfModule& part : parts[0]) {
+        add_dense(part.name + ".bias", lw.bqkv, row, {part.rows});
+        row += part.rows;
+      }
     }
     if (l % 8 == 7 || l + 1 == c.num_layers) spdlog::info("convert fp8: {} of {} layers rounded", l + 1, c.num_layers);
   }
   out.finish();
 
-  nlohmann::json config = nlohmann::json::parse(model_config_to_json(c));
-  config["torch_dtype"] = "float32";
+  ModelConfig written = c;
+  written.torch_dtype = dense;
+  nlohmann::json config = nlohmann::json::parse(model_config_to_json(written));
   const nlohmann::json scheme = {
       {"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}, {"symmetric", true}, {"dynamic", false}};
   const nlohmann::json inputs = {

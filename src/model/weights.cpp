@@ -42,48 +42,56 @@ DType checked_compute_dtype(Backend& backend) {
   return t;
 }
 
-// One backend tensor to fill, from one or more stored tensors laid end to end (fused QKV, gate/up).
+// One backend tensor to fill, from one or more stored tensors laid end to end (fused QKV, gate/up),
+// each of source_rows[i] rows (empty: the one source has the whole shape).
 struct Target {
   Tensor* dst;
   std::vector<int64_t> shape;
   std::vector<std::string> sources;
+  std::vector<int64_t> source_rows;
 };
+
+// A fused matrix's target from its modules' `suffix` tensors, each [rows, cols] (or [rows]).
+Target fused(Tensor* dst, const std::vector<HfModule>& modules, const std::string& suffix, int64_t cols) {
+  Target t{dst, {0}, {}, {}};
+  for (const HfModule& m : modules) {
+    t.sources.push_back(m.name + suffix);
+    t.source_rows.push_back(m.rows);
+    t.shape[0] += m.rows;
+  }
+  if (cols > 0) t.shape.push_back(cols);
+  if (modules.size() == 1) t.source_rows.clear();
+  return t;
+}
 
 // The HF names and shapes of every tensor the model needs, fused where LlamaWeights fuses.
 std::vector<Target> plan_targets(const ModelConfig& c, LlamaWeights& w) {
-  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), inter = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   std::vector<Target> targets;
-  targets.push_back({&w.embed, {c.vocab_size, h}, {"model.embed_tokens.weight"}});
+  targets.push_back({&w.embed, {c.vocab_size, h}, {"model.embed_tokens.weight"}, {}});
   w.layers.resize(static_cast<size_t>(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
     LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    targets.push_back({&lw.attn_norm, {h}, {p + "input_layernorm.weight"}});
-    targets.push_back({&lw.wqkv,
-                       {q + 2 * kv, h},
-                       {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}});
-    if (c.attention_bias)
-      targets.push_back({&lw.bqkv,
-                         {q + 2 * kv},
-                         {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"}});
-    targets.push_back({&lw.wo, {h, q}, {p + "self_attn.o_proj.weight"}});
-    targets.push_back({&lw.ffn_norm, {h}, {p + "post_attention_layernorm.weight"}});
-    targets.push_back({&lw.w_gate_up, {2 * inter, h}, {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}});
-    targets.push_back({&lw.w_down, {h, inter}, {p + "mlp.down_proj.weight"}});
+    const auto m = layer_modules(c, l);
+    targets.push_back({&lw.attn_norm, {h}, {p + "input_layernorm.weight"}, {}});
+    targets.push_back(fused(&lw.wqkv, m[0], ".weight", h));
+    if (c.attention_bias) targets.push_back(fused(&lw.bqkv, m[0], ".bias", 0));
+    targets.push_back(fused(&lw.wo, m[1], ".weight", c.q_size()));
+    targets.push_back({&lw.ffn_norm, {h}, {p + "post_attention_layernorm.weight"}, {}});
+    targets.push_back(fused(&lw.w_gate_up, m[2], ".weight", h));
+    targets.push_back(fused(&lw.w_down, m[3], ".weight", c.intermediate_size));
   }
-  targets.push_back({&w.final_norm, {h}, {"model.norm.weight"}});
-  if (!c.tie_word_embeddings) targets.push_back({&w.lm_head, {c.vocab_size, h}, {"lm_head.weight"}});
+  targets.push_back({&w.final_norm, {h}, {"model.norm.weight"}, {}});
+  if (!c.tie_word_embeddings) targets.push_back({&w.lm_head, {c.vocab_size, h}, {"lm_head.weight"}, {}});
   return targets;
 }
 
 // The shape each source must have: a fused target splits its rows among its sources.
-std::vector<std::vector<int64_t>> source_shapes(const ModelConfig& c, const Target& t) {
-  if (t.sources.size() == 1) return {t.shape};
-  const int64_t q = c.q_size(), kv = c.kv_size(), inter = c.intermediate_size;
-  std::vector<int64_t> rows =
-      t.sources.size() == 3 ? std::vector<int64_t>{q, kv, kv} : std::vector<int64_t>{inter, inter};
+std::vector<std::vector<int64_t>> source_shapes(const Target& t) {
+  if (t.source_rows.empty()) return {t.shape};
   std::vector<std::vector<int64_t>> out;
-  for (int64_t r : rows) {
+  for (int64_t r : t.source_rows) {
     std::vector<int64_t> s = t.shape;
     s[0] = r;
     out.push_back(s);
@@ -172,6 +180,16 @@ struct DummySpec {
 
 }  // namespace
 
+std::array<std::vector<HfModule>, 4> layer_modules(const ModelConfig& c, int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  return {{{{p + "self_attn.q_proj", c.q_size()},
+            {p + "self_attn.k_proj", c.kv_size()},
+            {p + "self_attn.v_proj", c.kv_size()}},
+           {{p + "self_attn.o_proj", c.hidden_size}},
+           {{p + "mlp.gate_proj", c.intermediate_size}, {p + "mlp.up_proj", c.intermediate_size}},
+           {{p + "mlp.down_proj", c.hidden_size}}}};
+}
+
 WeightQuant parse_weight_quant(const std::string& name) {
   if (name.empty() || name == "none") return WeightQuant::kNone;
   if (name == "fp8") return WeightQuant::kFp8;
@@ -239,7 +257,7 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
   std::vector<bool> stored_fp8(targets.size(), false);
   for (size_t ti = 0; ti < targets.size(); ++ti) {
     const Target& t = targets[ti];
-    const auto shapes = source_shapes(config, t);
+    const auto shapes = source_shapes(t);
     size_t fp8_sources = 0;
     for (size_t i = 0; i < t.sources.size(); ++i) {
       const SafetensorsFile& f = ckpt.file_of(t.sources[i]);

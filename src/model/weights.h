@@ -3,6 +3,7 @@
 // weights the four matrices of a layer are e4m3 with one fp32 scale per row (output channel).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,6 +38,16 @@ struct LlamaWeights {
   std::vector<Buffer> storage;  // owns everything above
   size_t bytes = 0;             // total bytes in backend memory
 };
+
+// One HF module of a fused layer matrix ("model.layers.3.self_attn.q_proj"; its tensors are
+// <module>.weight, .bias, .weight_scale) and the rows it holds.
+struct HfModule {
+  std::string name;
+  int64_t rows;
+};
+// The modules of layer `layer`'s four matrices in LlamaModel::Matrix order (qkv, o, gate_up,
+// down), laid end to end as LayerWeights fuses them.
+std::array<std::vector<HfModule>, 4> layer_modules(const ModelConfig& c, int layer);
 
 // How the layers' matrices are kept: in the compute dtype, or quantized at load to e4m3 per output
 // channel (--quantization fp8), one matrix at a time on the backend.
