@@ -270,6 +270,12 @@ class Backend {
   // accumulation, out in the compute dtype.
   virtual void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
                         const Tensor* bias, Tensor out) = 0;
+  // Weight-only FP8 (checkpoints without input quantization): out[M, N] = (x[M, K] · wq[N, K]^T) *
+  // w_scale[N] (+ bias[N]); x and out in the compute dtype, fp32 accumulation. Backends without it
+  // throw naming the op, and say so in has_gemm_fp8_weights() for the loader to refuse early.
+  virtual void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                                Tensor out);
+  virtual bool has_gemm_fp8_weights() const { return false; }
   // Rotates q [T, Hq, D] and k [T, Hkv, D] in place by positions [T], HF "rotate half" layout
   // (pairs (i, i + D/2)); inv_freq [D/2] fp32 holds the (possibly llama3-scaled) frequencies.
   virtual void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) = 0;

@@ -137,6 +137,12 @@ void Backend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t fi
   fail("embedding_shard: the {} backend has no vocabulary-parallel embedding (tensor parallelism)", name());
 }
 
+void Backend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                               Tensor out) {
+  (void)x, (void)wq, (void)w_scale, (void)bias, (void)out;
+  fail("gemm_fp8_weights: the {} backend has no GEMM for FP8 weights with unquantized inputs", name());
+}
+
 void Communicator::broadcast(std::vector<int32_t>&) {
   throw Error("tensor parallel: this group's ranks share one process; broadcast is for ranks in other processes");
 }

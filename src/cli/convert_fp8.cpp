@@ -1,8 +1,8 @@
 // `serve8 convert fp8`: a checkpoint to an FP8 one (compressed-tensors: e4m3 weights with one scale
-// per output channel, inputs quantized per token at run time) that serve8, vLLM and SGLang load as
-// it is. With --method gptq (the default) each matrix is rounded GPTQ's way (model/gptq.h) from
-// its inputs' second moments over calibration text, which loading with --quantization fp8 (each
-// weight rounded alone) cannot do.
+// per output channel, inputs quantized per token at run time, or kept unquantized with
+// --activations none) that serve8, vLLM and SGLang load as it is. With --method gptq (the default) each matrix is
+// rounded GPTQ's way (model/gptq.h) from its inputs' second moments over calibration text, which loading with
+// --quantization fp8 (each weight rounded alone) cannot do.
 #include <cblas.h>
 
 #include <filesystem>
@@ -27,7 +27,7 @@ namespace {
 
 struct ConvertFp8Args {
   EngineArgs engine;
-  std::string output, calibration, calibration_ids, method = "gptq";
+  std::string output, calibration, calibration_ids, method = "gptq", activations = "token";
   int calibration_tokens = 16384, context = 512;
   double damp = 0.01;
 };
@@ -39,6 +39,8 @@ std::vector<float> host_f32(const Tensor& t) {
 
 int run_convert_fp8(ConvertFp8Args a) {
   SERVE8_CHECK(a.method == "gptq" || a.method == "rtn", "convert fp8: --method is gptq or rtn, not {}", a.method);
+  SERVE8_CHECK(a.activations == "token" || a.activations == "none",
+               "convert fp8: --activations is token or none, not {}", a.activations);
   SERVE8_CHECK(a.method == "rtn" || a.calibration.empty() != a.calibration_ids.empty(),
                "convert fp8: --method gptq needs one of --calibration TEXT and --calibration-ids FILE");
   SERVE8_CHECK(a.context >= 2 && a.calibration_tokens >= a.context,
@@ -156,7 +158,11 @@ int run_convert_fp8(ConvertFp8Args a) {
       {"quant_method", "compressed-tensors"},
       {"format", "float-quantized"},
       {"ignore", {"lm_head"}},
-      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", scheme}, {"input_activations", inputs}}}}},
+      {"config_groups",
+       {{"group_0",
+         {{"targets", {"Linear"}},
+          {"weights", scheme},
+          {"input_activations", a.activations == "token" ? inputs : nlohmann::json(nullptr)}}}}},
       {"serve8", {{"rounding", a.method}, {"calibration_tokens", seen}, {"damp", a.damp}}}};
   std::ofstream((std::filesystem::path(a.output) / "config.json")) << config.dump(2) << "\n";
   // A directory's tokenizer travels along; a GGUF file's vocabulary stays in it (--tokenizer-path).
@@ -185,6 +191,9 @@ void register_convert_fp8(CLI::App& convert, SetAction set_action) {
   app->add_option("--calibration-ids", a->calibration_ids, "or token ids, a document per line (no tokenizer)");
   app->add_option("--calibration-tokens", a->calibration_tokens, "calibration tokens to use (default 16384)");
   app->add_option("--context", a->context, "tokens per calibration chunk (default 512)");
+  app->add_option("--activations", a->activations,
+                  "token (default: each GEMM's input quantized per token at run time) or none (weight-only FP8, "
+                  "inputs kept in the compute dtype)");
   app->add_option("--damp", a->damp, "GPTQ damping, a fraction of the mean diagonal (default 0.01)");
   app->add_option("--tokenizer-path", a->engine.tokenizer_path, "tokenizer for the calibration text");
   app->callback([a, set_action] { set_action([a] { return run_convert_fp8(*a); }); });

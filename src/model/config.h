@@ -21,9 +21,12 @@ struct RopeScaling {
 // An FP8 checkpoint (config.json "quantization_config"): its matrices are stored float8_e4m3 with
 // a weight_scale per tensor or per output channel; modules it left unquantized keep their dtype
 // (the loader goes by each tensor's dtype). Static input scales are not used: activations are
-// quantized per token at run time, as with --quantization fp8.
+// quantized per token at run time, as with --quantization fp8, unless the checkpoint has none.
 struct Fp8Checkpoint {
   std::string method;  // "" (not FP8), compressed-tensors, fbgemm_fp8, fp8, modelopt
+  // compressed-tensors without input_activations: the GEMMs take their inputs in the compute
+  // dtype (FP8 weights, bf16 inputs), as vLLM runs such checkpoints.
+  bool weight_only = false;
 };
 
 struct ModelConfig {

@@ -33,7 +33,10 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
   size_t weight_bytes() const { return weights_.bytes; }
-  std::string weight_dtype() const { return weight_dtype_name(weights_, backend_.compute_dtype()); }
+  std::string weight_dtype() const {
+    const std::string name = weight_dtype_name(weights_, backend_.compute_dtype());
+    return fp8_weight_only_ ? name + ", inputs unquantized" : name;
+  }
   // What one decode step reads of the weights: all of them but an untied input embedding table, of
   // which it gathers one row per sequence (left out; counted at the mean bytes per parameter).
   double decode_weight_bytes() const;
@@ -118,11 +121,14 @@ class LlamaModel {
   // Activations, sized for max_tokens_ rows.
   Buffer residual_, normed_, qkv_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
   Buffer logits_shard_;  // tensor parallel: this rank's vocabulary columns of the logits
-  // FP8 weights: a GEMM's input quantized per token, and its scales.
+  // FP8 weights: a GEMM's input quantized per token, and its scales (unless the checkpoint keeps
+  // inputs unquantized: weight-only FP8).
+  bool fp8_inputs_ = false, fp8_weight_only_ = false;
   Buffer act_q_, act_scale_;
   Buffer row_ids_;            // logits_of_rows's rows, int32 [max_seqs]
   int last_step_tokens_ = 0;  // rows of normed_ the last forward_uploaded filled
-  // The FP8 rows an op writes for w's GEMM ([t, k] of act_q_), or nothing for a bf16 w.
+  // The FP8 rows an op writes for w's GEMM ([t, k] of act_q_), or nothing for a bf16 w and for
+  // weight-only FP8.
   std::optional<Fp8Rows> fp8_rows_for(const Tensor& w, int64_t t, int64_t k);
   static GemmInput made_input(const Tensor& x, const std::optional<Fp8Rows>& rows);
   GemmInput gemm_input(const Tensor& x, const Tensor& w);

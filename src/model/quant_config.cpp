@@ -10,8 +10,10 @@ namespace {
 using Json = nlohmann::json;
 
 // compressed-tensors (llm-compressor): every config group must be FP8 weights, per tensor or per
-// channel; activations may be anything FP8 (serve8 quantizes them per token at run time).
-void check_compressed_tensors(const Json& q, const std::string& origin) {
+// channel; activations may be anything FP8 (serve8 quantizes them per token at run time), or absent
+// in every group (weight-only: returns true).
+bool check_compressed_tensors(const Json& q, const std::string& origin) {
+  int with_inputs = 0, without_inputs = 0;
   SERVE8_CHECK(q.contains("config_groups") && q.at("config_groups").is_object() && !q.at("config_groups").empty(),
                "{}: compressed-tensors quantization_config has no config_groups", origin);
   for (const auto& [name, group] : q.at("config_groups").items()) {
@@ -28,7 +30,14 @@ void check_compressed_tensors(const Json& q, const std::string& origin) {
                  "{}: compressed-tensors group '{}' scales weights per '{}'; serve8 takes per-tensor or per-channel "
                  "scales",
                  origin, name, strategy);
+    const bool inputs = group.contains("input_activations") && !group.at("input_activations").is_null();
+    ++(inputs ? with_inputs : without_inputs);
   }
+  SERVE8_CHECK(with_inputs == 0 || without_inputs == 0,
+               "{}: compressed-tensors groups disagree on input_activations ({} quantize their inputs, {} do not); "
+               "serve8 takes one scheme for every matrix",
+               origin, with_inputs, without_inputs);
+  return without_inputs > 0;
 }
 
 }  // namespace
@@ -38,12 +47,12 @@ Fp8Checkpoint parse_quantization_config(const Json& q, const std::string& origin
   Fp8Checkpoint c;
   std::string method = q.value("quant_method", "");
   // ModelOpt writes {"quant_method": "modelopt", "quant_algo": "FP8"} (or its algo under "quantization").
-  const std::string algo =
-      q.contains("quantization") && q.at("quantization").is_object() ? q.at("quantization").value("quant_algo", "")
-                                                                      : q.value("quant_algo", "");
+  const std::string algo = q.contains("quantization") && q.at("quantization").is_object()
+                               ? q.at("quantization").value("quant_algo", "")
+                               : q.value("quant_algo", "");
   if (method.empty() && !algo.empty()) method = "modelopt";
   if (method == "compressed-tensors") {
-    check_compressed_tensors(q, origin);
+    c.weight_only = check_compressed_tensors(q, origin);
   } else if (method == "fbgemm_fp8") {
   } else if (method == "fp8") {
     SERVE8_CHECK(!q.contains("weight_block_size") || q.at("weight_block_size").is_null(),
@@ -54,9 +63,10 @@ Fp8Checkpoint parse_quantization_config(const Json& q, const std::string& origin
     SERVE8_CHECK(algo == "FP8", "{}: ModelOpt quant_algo '{}' is not supported; serve8 loads its FP8 checkpoints",
                  origin, algo);
   } else {
-    fail("{}: quantization_config.quant_method '{}' is not supported; serve8 loads FP8 checkpoints "
-         "(compressed-tensors, fbgemm_fp8, fp8, modelopt) and quantizes others with --quantization fp8",
-         origin, method);
+    fail(
+        "{}: quantization_config.quant_method '{}' is not supported; serve8 loads FP8 checkpoints "
+        "(compressed-tensors, fbgemm_fp8, fp8, modelopt) and quantizes others with --quantization fp8",
+        origin, method);
   }
   c.method = method;
   return c;

@@ -275,7 +275,10 @@ LlamaWeights load_llama_weights(const ModelConfig& config, const std::string& mo
                  model_dir, t.sources[0]);
     stored_fp8[ti] = fp8_sources > 0;
   }
-  if (!config.fp8_checkpoint.method.empty())
+  if (config.fp8_checkpoint.weight_only)
+    spdlog::info("{}: FP8 checkpoint ({}, weight-only); the GEMMs' inputs stay unquantized", model_dir,
+                 config.fp8_checkpoint.method);
+  else if (!config.fp8_checkpoint.method.empty())
     spdlog::info("{}: FP8 checkpoint ({}); activations are quantized per token, any static input scales unused",
                  model_dir, config.fp8_checkpoint.method);
 

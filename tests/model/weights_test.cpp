@@ -13,8 +13,9 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "model/fake_backend.h"
 #include "formats/safetensors.h"
+#include "model/fake_backend.h"
+#include "model/llama.h"
 #include "model/test_files.h"
 
 namespace serve8 {
@@ -350,6 +351,21 @@ TEST(DummyWeights, TiedAndBias) {
   EXPECT_EQ(w.lm_head.data, w.embed.data);
   EXPECT_EQ(w.layers[0].bqkv.shape_str(), "[192]");
   EXPECT_EQ(w.bytes, static_cast<size_t>(c.num_parameters()) * 2);
+}
+
+TEST(LlamaModelFp8, WeightOnlyIsRefusedWhereTheBackendCannotMultiplyIt) {
+  HostMemoryBackend backend(DType::kBF16);
+  const auto build = [&](bool weight_only) {
+    ModelConfig c = small_config();
+    c.fp8_checkpoint = Fp8Checkpoint{"compressed-tensors", weight_only};
+    LlamaWeights w = dummy_llama_weights(c, backend, 1);
+    for (LayerWeights& l : w.layers) l.w_down.dtype = DType::kFP8E4M3;  // as a loaded e4m3 matrix
+    LlamaModel(c, std::move(w), backend, 64, 8);
+  };
+  EXPECT_NO_THROW(build(false));  // inputs quantized per token: gemm_fp8, which every backend has
+  const std::string e = error_of([&] { build(true); });
+  EXPECT_NE(e.find("host-memory backend cannot multiply"), std::string::npos) << e;
+  EXPECT_NE(e.find("--activations token"), std::string::npos) << e;
 }
 
 TEST(DummyWeights, Throughput) {

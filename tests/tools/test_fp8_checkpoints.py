@@ -3,7 +3,8 @@
 A small random Llama is written in fp32, then as each FP8 format with numpy, ml_dtypes and
 safetensors. Per-channel codes made by the formula `--quantization fp8` uses (amax / 448 per output
 channel) must give exactly the logits of the fp32 checkpoint quantized at load; per-tensor scales
-exactly those of the same codes with the scale repeated per channel."""
+exactly those of the same codes with the scale repeated per channel. Weight-only checkpoints (no
+input quantization) must give the logits of the fp32 model holding the dequantized weights."""
 
 import json
 import os
@@ -96,6 +97,22 @@ COMPRESSED = {"quant_method": "compressed-tensors", "format": "float-quantized",
                                                                   "strategy": "token", "dynamic": True}}}}
 
 
+# Weight-only FP8 (vLLM's W8A16 scheme): no input_activations, the GEMMs' inputs stay unquantized.
+WEIGHT_ONLY = json.loads(json.dumps(COMPRESSED))
+del WEIGHT_ONLY["config_groups"]["group_0"]["input_activations"]
+
+
+def dequantized(dense):
+    """The fp32 checkpoint whose matrices hold exactly the per-channel codes times their scales."""
+    out = {}
+    for name, a in dense.items():
+        if any(f".{m}.weight" in name for m in MATRICES):
+            codes, scale = quantize(a, True)
+            a = codes.astype(np.float32) * scale
+        out[name] = a
+    return out
+
+
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp8")
@@ -119,6 +136,8 @@ def models(tmp_path_factory):
         "fp8_static": write(root / "fp8_static", per_tensor, {"quant_method": "fp8", "activation_scheme": "static"}),
         "per_tensor_ct": write(root / "per_tensor_ct", per_tensor, per_tensor_ct),
         "repeated": write(root / "repeated", repeated, COMPRESSED),
+        "weight_only": write(root / "weight_only", fp8_tensors(dense, True, lambda a: (a.shape[0], 1)), WEIGHT_ONLY),
+        "dequantized": write(root / "dequantized", dequantized(dense)),
     }
 
 
@@ -145,6 +164,19 @@ def test_per_tensor_checkpoints_equal_their_scale_per_channel(models, tmp_path):
     err_pc = np.linalg.norm(per_channel - dense) / np.linalg.norm(dense)
     print(f"FP8 logits against fp32: relative error {err:.4f} per tensor, {err_pc:.4f} per channel")
     assert 1e-4 < err < 1.5 * err_pc
+
+
+def test_weight_only_checkpoints_keep_the_inputs_unquantized(models, tmp_path):
+    # The e4m3 weights with exact inputs are the dequantized fp32 model up to where the scale is
+    # applied (to each sum, not to each weight): fp32 rounding, far below e4m3 inputs' error.
+    got, log = logits(models["weight_only"], tmp_path)
+    assert "weight-only" in log, log[-1000:]
+    want, _ = logits(models["dequantized"], tmp_path)
+    w8a8, _ = logits(models["compressed"], tmp_path)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    err_w8a8 = np.linalg.norm(w8a8 - want) / np.linalg.norm(want)
+    print(f"logits against the dequantized fp32 model: weight-only {err:.2e}, inputs per token {err_w8a8:.2e}")
+    assert err < 1e-5 and err_w8a8 > 1e-3
 
 
 def convert(model, out, *args):
@@ -179,11 +211,34 @@ def test_convert_gptq_lands_nearer_the_dense_model(models, tmp_path):
     assert err_gptq < 0.9 * err_rtn
 
 
+def test_convert_writes_weight_only_checkpoints_and_the_sources_dtype(models, tmp_path):
+    out = convert(models["dense"], tmp_path / "w8a16", "--method", "rtn", "--activations", "none")
+    group = json.loads((out / "config.json").read_text())["quantization_config"]["config_groups"]["group_0"]
+    assert group["input_activations"] is None
+    got, _ = logits(out, tmp_path)
+    want, _ = logits(models["weight_only"], tmp_path)
+    np.testing.assert_array_equal(got, want)
+    # A bf16 checkpoint's unquantized tensors stay bf16 (an fp32 copy would double the embeddings).
+    bf16 = {k: v.astype(ml_dtypes.bfloat16) for k, v in dense_weights().items()}
+    src = write(tmp_path / "bf16", bf16)
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps(dict(cfg, torch_dtype="bfloat16")))
+    out = convert(src, tmp_path / "bf16_fp8", "--method", "rtn")
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    with open(out / "model.safetensors", "rb") as f:  # the header: numpy cannot load F8_E4M3
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    assert header["model.embed_tokens.weight"]["dtype"] == "BF16"
+    assert header["model.layers.0.mlp.down_proj.weight"]["dtype"] == "F8_E4M3"
+
+
 @pytest.mark.parametrize("qc, needle", [
     ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "block-wise"),
     ({"quant_method": "awq", "bits": 4}, "'awq' is not supported"),
     ({"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "type": "int",
                                                                                "strategy": "group"}}}}, "4-bit int"),
+    ({"quant_method": "compressed-tensors", "config_groups": {
+        "a": COMPRESSED["config_groups"]["group_0"], "b": WEIGHT_ONLY["config_groups"]["group_0"]}},
+     "disagree on input_activations"),
 ])
 def test_unsupported_quantization_is_refused_by_name(tmp_path, qc, needle):
     d = write(tmp_path / "m", dense_weights(), qc)

@@ -278,6 +278,11 @@ class CpuBackend final : public Backend {
                 Tensor out) override {
     cpu::gemm_fp8(xq, x_scale, wq, w_scale, bias, out);
   }
+  void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                        Tensor out) override {
+    cpu::gemm_fp8_weights(x, wq, w_scale, bias, out);
+  }
+  bool has_gemm_fp8_weights() const override { return true; }
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override {
     cpu::rope(q, k, positions, inv_freq);
   }

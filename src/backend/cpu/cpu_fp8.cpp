@@ -34,46 +34,73 @@ void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
   }
 }
 
-void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
-              Tensor out) {
-  constexpr std::string_view op = "gemm_fp8";
-  check_tensor(xq, op, "xq");
-  check_tensor(wq, op, "wq");
-  check_tensor(out, op, "out");
-  check_dtype(xq, DType::kFP8E4M3, op, "xq");
-  check_dtype(wq, DType::kFP8E4M3, op, "wq");
-  check_float(out, op, "out");
-  SERVE8_CHECK(xq.ndim == 2 && wq.ndim == 2, "{}: xq {} and wq {} must be [M, K] and [N, K]", op, xq.shape_str(),
-               wq.shape_str());
-  const int64_t m = xq.dim(0), k = xq.dim(1), n = wq.dim(0);
-  SERVE8_CHECK(wq.dim(1) == k, "{}: xq {} and wq {} disagree on K", op, xq.shape_str(), wq.shape_str());
+namespace {
+
+// out[i, j] = (x[i] · codes[j]) * x_scale[i] * w_scale[j] + bias[j]: the e4m3 weight codes widened
+// exactly and summed in fp32, the scales applied to the sums as the GPU kernels apply them; xf
+// [m, k] fp32, x_scale nullptr for 1.
+void scaled_gemm(std::string_view op, int64_t m, const float* xf, const float* x_scale, const Tensor& wq,
+                 const Tensor& w_scale, const Tensor* bias, Tensor out) {
+  const int64_t n = wq.dim(0), k = wq.dim(1);
   SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n, "{}: out has shape {}, expected [{}, {}]", op, out.shape_str(),
                m, n);
-  check_dtype(x_scale, DType::kF32, op, "x_scale");
   check_dtype(w_scale, DType::kF32, op, "w_scale");
-  check_shape(x_scale, {m}, op, "x_scale");
   check_shape(w_scale, {n}, op, "w_scale");
   check_blas_gemm(op, m, n, k, bias);
   if (m == 0 || n == 0) return;
-
-  std::vector<float> xf(static_cast<size_t>(m * k)), acc(static_cast<size_t>(m * n));
-  const uint8_t* codes = xq.ptr<const uint8_t>();
-#pragma omp parallel for schedule(static) if (m * k >= kParallelMinElements)
-  for (int64_t i = 0; i < m * k; ++i) xf[static_cast<size_t>(i)] = kE4M3Table[codes[i]];
-  gemm_f32_out(m, n, k, xf.data(), wq, acc.data());
+  std::vector<float> acc(static_cast<size_t>(m * n));
+  gemm_f32_out(m, n, k, xf, wq, acc.data());
   std::vector<float> b;
   if (bias) {
     b.resize(static_cast<size_t>(n));
     load_f32(*bias, 0, n, b.data());
   }
-  const float* xs = x_scale.ptr<const float>();
   const float* ws = w_scale.ptr<const float>();
 #pragma omp parallel for schedule(static) if (m * n >= kParallelMinElements)
   for (int64_t i = 0; i < m; ++i) {
     float* row = acc.data() + i * n;
-    for (int64_t j = 0; j < n; ++j) row[j] = row[j] * xs[i] * ws[j] + (b.empty() ? 0.0f : b[static_cast<size_t>(j)]);
+    const float xs = x_scale ? x_scale[i] : 1.0f;
+    for (int64_t j = 0; j < n; ++j) row[j] = row[j] * xs * ws[j] + (b.empty() ? 0.0f : b[static_cast<size_t>(j)]);
     store_f32(row, n, out, i * n);
   }
+}
+
+void check_fp8_weights(std::string_view op, const Tensor& x, const char* x_name, const Tensor& wq, const Tensor& out) {
+  check_tensor(x, op, x_name);
+  check_tensor(wq, op, "wq");
+  check_tensor(out, op, "out");
+  check_dtype(wq, DType::kFP8E4M3, op, "wq");
+  check_float(out, op, "out");
+  SERVE8_CHECK(x.ndim == 2 && wq.ndim == 2, "{}: {} {} and wq {} must be [M, K] and [N, K]", op, x_name, x.shape_str(),
+               wq.shape_str());
+  SERVE8_CHECK(wq.dim(1) == x.dim(1), "{}: {} {} and wq {} disagree on K", op, x_name, x.shape_str(), wq.shape_str());
+}
+
+}  // namespace
+
+void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+              Tensor out) {
+  constexpr std::string_view op = "gemm_fp8";
+  check_fp8_weights(op, xq, "xq", wq, out);
+  check_dtype(xq, DType::kFP8E4M3, op, "xq");
+  const int64_t m = xq.dim(0), k = xq.dim(1);
+  check_dtype(x_scale, DType::kF32, op, "x_scale");
+  check_shape(x_scale, {m}, op, "x_scale");
+  std::vector<float> xf(static_cast<size_t>(m * k));
+  const uint8_t* codes = xq.ptr<const uint8_t>();
+#pragma omp parallel for schedule(static) if (m * k >= kParallelMinElements)
+  for (int64_t i = 0; i < m * k; ++i) xf[static_cast<size_t>(i)] = kE4M3Table[codes[i]];
+  scaled_gemm(op, m, xf.data(), x_scale.ptr<const float>(), wq, w_scale, bias, out);
+}
+
+void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias, Tensor out) {
+  constexpr std::string_view op = "gemm_fp8_weights";
+  check_fp8_weights(op, x, "x", wq, out);
+  check_float(x, op, "x");
+  const int64_t m = x.dim(0), k = x.dim(1);
+  std::vector<float> xf(static_cast<size_t>(m * k));
+  load_f32(x, 0, m * k, xf.data());
+  scaled_gemm(op, m, xf.data(), nullptr, wq, w_scale, bias, out);
 }
 
 }  // namespace serve8::cpu

@@ -18,6 +18,7 @@ void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out);
 void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale);
 void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
               Tensor out);
+void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias, Tensor out);
 void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq);
 void silu_mul(const Tensor& gate_up, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
