@@ -75,6 +75,9 @@ struct StepLimits {
   int num_q_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
+  // Elements of the largest weight-only FP8 matrix (0: none), for backends that widen such a
+  // matrix for GEMMs of many rows (gemm_fp8_weights).
+  int64_t fp8_weight_only_elems = 0;
 };
 
 // int8 and int4 store each row rotated by the Walsh-Hadamard transform of head_dim.

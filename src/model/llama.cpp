@@ -65,7 +65,12 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
     act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
     act_scale_ = make_buffer(backend, DType::kF32, max_tokens, 1);
   }
-  backend.reserve_steps(StepLimits{max_tokens, max_seqs, shard_.num_heads, shard_.num_kv_heads, config_.head_dim});
+  StepLimits limits{max_tokens, max_seqs, shard_.num_heads, shard_.num_kv_heads, config_.head_dim};
+  if (fp8_weight_only_)
+    for (const LayerWeights& l : weights_.layers)
+      for (const Tensor* m : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
+        limits.fp8_weight_only_elems = std::max(limits.fp8_weight_only_elems, m->numel());
+  backend.reserve_steps(limits);
   const std::vector<float> inv_freq = config_.rope_inv_freq();
   inv_freq_ = Buffer(backend, inv_freq.size() * sizeof(float));
   backend.copy_to_device(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(float));

@@ -1,5 +1,6 @@
 // The CUDA backend's FP8 weight ops against the CPU reference: the same e4m3 bytes from per-row
-// quantization, and the FP8 GEMM on every Llama-3-8B, Llama-2-13B and Llama-2-70B weight shape.
+// quantization, and the FP8 GEMMs (e4m3 inputs, and bf16 inputs for weight-only FP8) on every
+// Llama-3-8B, Llama-2-13B and Llama-2-70B weight shape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,7 +39,8 @@ TEST_F(CudaBackendTest, FusedFp8RowsEqualQuantizingTheOutput) {
     HostArray gu(DType::kBF16, rng_.normals(static_cast<size_t>(t * 2 * h), 2.0f));
     auto dx = to_device(*gpu_, x), dres = to_device(*gpu_, res), dw = to_device(*gpu_, w), dgu = to_device(*gpu_, gu);
     Buffer out(*gpu_, static_cast<size_t>(t * h) * 2), q(*gpu_, static_cast<size_t>(t * h)),
-        s(*gpu_, static_cast<size_t>(t) * 4), q2(*gpu_, static_cast<size_t>(t * h)), s2(*gpu_, static_cast<size_t>(t) * 4);
+        s(*gpu_, static_cast<size_t>(t) * 4), q2(*gpu_, static_cast<size_t>(t * h)),
+        s2(*gpu_, static_cast<size_t>(t) * 4);
     const Tensor tout = out.view(DType::kBF16, {t, h});
     const Fp8Rows rows{q.view(DType::kFP8E4M3, {t, h}), s.view(DType::kF32, {t})};
     const auto expect_same = [&](const char* op) {
@@ -63,28 +65,39 @@ struct WeightShape {
   int64_t n, k;
 };
 constexpr WeightShape kLlamaShapes[] = {
-    {"llama-3-8b qkv", 6144, 4096},     {"llama-3-8b o", 4096, 4096},       {"llama-3-8b gate_up", 28672, 4096},
-    {"llama-3-8b down", 4096, 14336},   {"llama-2-13b qkv", 15360, 5120},   {"llama-2-13b o", 5120, 5120},
-    {"llama-2-13b gate_up", 27648, 5120}, {"llama-2-13b down", 5120, 13824}, {"llama-2-70b qkv", 10240, 8192},
-    {"llama-2-70b o", 8192, 8192},      {"llama-2-70b gate_up", 57344, 8192}, {"llama-2-70b down", 8192, 28672},
-    {"smollm2 qkv", 960, 576},          {"smollm2 down", 576, 1536},
+    {"llama-3-8b qkv", 6144, 4096},
+    {"llama-3-8b o", 4096, 4096},
+    {"llama-3-8b gate_up", 28672, 4096},
+    {"llama-3-8b down", 4096, 14336},
+    {"llama-2-13b qkv", 15360, 5120},
+    {"llama-2-13b o", 5120, 5120},
+    {"llama-2-13b gate_up", 27648, 5120},
+    {"llama-2-13b down", 5120, 13824},
+    {"llama-2-70b qkv", 10240, 8192},
+    {"llama-2-70b o", 8192, 8192},
+    {"llama-2-70b gate_up", 57344, 8192},
+    {"llama-2-70b down", 8192, 28672},
+    {"smollm2 qkv", 960, 576},
+    {"smollm2 down", 576, 1536},
 };
+
+// Random e4m3 codes, NaN's two codes (0x7f, 0xff) excluded.
+HostArray random_e4m3(Rng& rng, int64_t n) {
+  HostArray a(DType::kFP8E4M3, static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i += 8) {
+    uint64_t r = rng.gen()();
+    for (int64_t b = i; b < std::min(n, i + 8); ++b, r >>= 8)
+      a.bytes[static_cast<size_t>(b)] = (r & 0x7f) == 0x7f ? 0x7e : static_cast<uint8_t>(r);
+  }
+  return a;
+}
 
 TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
   // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 16 takes the skinny
   // kernel (token tiles of 8 and 16 rows), the others cuBLASLt.
   constexpr int64_t kChecked = 256;
-  // Random e4m3 codes, NaN's two codes (0x7f, 0xff) excluded.
-  const auto codes = [this](int64_t n) {
-    HostArray a(DType::kFP8E4M3, static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; i += 8) {
-      uint64_t r = rng_.gen()();
-      for (int64_t b = i; b < std::min(n, i + 8); ++b, r >>= 8)
-        a.bytes[static_cast<size_t>(b)] = (r & 0x7f) == 0x7f ? 0x7e : static_cast<uint8_t>(r);
-    }
-    return a;
-  };
+  const auto codes = [this](int64_t n) { return random_e4m3(rng_, n); };
   for (const WeightShape& s : kLlamaShapes) {
     const HostArray wq = codes(s.n * s.k);
     std::vector<float> wsv(static_cast<size_t>(s.n));
@@ -113,8 +126,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
           << s.model << " M=" << m << ": a second run differs";
       std::vector<float> got;
       size_t nan = 0;
-      for (int64_t r = 0; r < m; ++r)
-        got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + kChecked);
+      for (int64_t r = 0; r < m; ++r) got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + kChecked);
       for (float v : all) nan += std::isnan(v);
       EXPECT_EQ(nan, 0u) << s.model << " M=" << m << ": outputs left unwritten";
       // The products of e4m3 codes are exact in fp32; what remains is the summation order and the
@@ -122,6 +134,66 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
       EXPECT_LT(rel_error(got, ref.values()), 4e-3) << s.model << " M=" << m;
     }
   }
+}
+
+// Weight-only FP8 (bf16 inputs): the skinny kernel's bf16 variant up to 16 rows, a widened matrix
+// and cuBLASLt above, against the CPU's codes-times-input sums.
+TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
+  constexpr int64_t kChecked = 256;
+  StepLimits limits{256, 8, 8, 8, 128};
+  for (const WeightShape& s : kLlamaShapes)
+    limits.fp8_weight_only_elems = std::max(limits.fp8_weight_only_elems, s.n * s.k);
+  gpu_->reserve_steps(limits);
+  for (const WeightShape& s : kLlamaShapes) {
+    const HostArray wq = random_e4m3(rng_, s.n * s.k);
+    std::vector<float> wsv(static_cast<size_t>(s.n));
+    for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
+    HostArray ws(DType::kF32, wsv);
+    auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{64}}) {
+      HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * s.k), 2.0f));
+      HostArray xf(DType::kF32, x.values()), ref(DType::kF32, static_cast<size_t>(m * kChecked));
+      const Tensor w_host(const_cast<uint8_t*>(wq.bytes.data()), DType::kFP8E4M3, {s.n, s.k});
+      cpu_->gemm_fp8_weights(xf.view({m, s.k}), w_host.rows(0, kChecked), ws.view({s.n}).rows(0, kChecked), nullptr,
+                             ref.view({m, kChecked}));
+      auto dx = to_device(*gpu_, x);
+      Buffer out(*gpu_, static_cast<size_t>(m * s.n) * 2);
+      poison(*gpu_, out.data(), out.bytes());
+      gpu_->gemm_fp8_weights(dx.view({m, s.k}), dwq.view({s.n, s.k}), dws.view({s.n}), nullptr,
+                             out.view(DType::kBF16, {m, s.n}));
+      const std::vector<float> all = to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n)).values();
+      std::vector<float> got;
+      size_t nan = 0;
+      for (int64_t r = 0; r < m; ++r) got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + kChecked);
+      for (float v : all) nan += std::isnan(v);
+      EXPECT_EQ(nan, 0u) << s.model << " M=" << m << ": outputs left unwritten";
+      // e4m3 codes times bf16 inputs are exact in fp32 (and a code times its scale rounds once to
+      // bf16 where the matrix is widened); the rest is summation order and the bf16 output.
+      EXPECT_LT(rel_error(got, ref.values()), 4e-3) << s.model << " M=" << m;
+    }
+  }
+  // With a bias, and the widened path refused by name where no matrix was reserved for it.
+  const int64_t n = 48, k = 64, m = 20;
+  HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * k))), xf(DType::kF32, x.values());
+  HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
+  HostArray ws(DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.002f));
+  HostArray bias(DType::kBF16, rng_.normals(static_cast<size_t>(n))), bias32(DType::kF32, bias.values());
+  auto dx = to_device(*gpu_, x), dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws), db = to_device(*gpu_, bias);
+  Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
+  const Tensor cb = bias32.view({n}), gb = db.view({n});
+  for (const int64_t rows : {int64_t{2}, m}) {
+    HostArray ref(DType::kF32, static_cast<size_t>(rows * n));
+    cpu_->gemm_fp8_weights(xf.view({m, k}).rows(0, rows), wq.view({n, k}), ws.view({n}), &cb, ref.view({rows, n}));
+    gpu_->gemm_fp8_weights(dx.view({m, k}).rows(0, rows), dwq.view({n, k}), dws.view({n}), &gb,
+                           out.view(DType::kBF16, {rows, n}));
+    EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(rows * n)).values(), ref.values()),
+              4e-3)
+        << "M=" << rows;
+  }
+  auto fresh = create_backend("cuda", DType::kBF16);
+  EXPECT_THROW(fresh->gemm_fp8_weights(dx.view({m, k}), dwq.view({n, k}), dws.view({n}), nullptr,
+                                       out.view(DType::kBF16, {m, n})),
+               Error);
 }
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
@@ -135,8 +207,8 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
     HostArray bias32(DType::kF32, bias.values());
     const Tensor cb = bias32.view({n});
     cpu_->gemm_fp8(xq.view({m, k}), xs.view({m}), wq.view({n, k}), ws.view({n}), &cb, ref.view({m, n}));
-    auto dxq = to_device(*gpu_, xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs),
-         dws = to_device(*gpu_, ws), db = to_device(*gpu_, bias);
+    auto dxq = to_device(*gpu_, xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs), dws = to_device(*gpu_, ws),
+         db = to_device(*gpu_, bias);
     Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
     const Tensor gb = db.view({n});
     gpu_->gemm_fp8(dxq.view({m, k}), dxs.view({m}), dwq.view({n, k}), dws.view({n}), &gb,

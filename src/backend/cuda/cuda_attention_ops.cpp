@@ -116,6 +116,13 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
   attention_->reserve(limits_.max_seqs, limits.num_q_heads, limits.num_kv_heads, limits.head_dim);
   reserve_batch_arrays();
   reserve_rotation();
+  if (limits.fp8_weight_only_elems > widened_elems_) {
+    SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (widened_) SERVE8_CUDA_CHECK(cudaFree(widened_));
+    widened_ = nullptr;
+    SERVE8_CUDA_CHECK(cudaMalloc(&widened_, static_cast<size_t>(limits.fp8_weight_only_elems) * dtype_size(compute_)));
+    widened_elems_ = limits.fp8_weight_only_elems;
+  }
 }
 
 // The fixed arrays, one after another in one allocation: per token, per sequence, the prefill

@@ -226,6 +226,7 @@ CudaBackend::~CudaBackend() {
   attention_.reset();
   if (arrays_) cudaFree(arrays_);
   if (rotated_q_) cudaFree(rotated_q_);
+  if (widened_) cudaFree(widened_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

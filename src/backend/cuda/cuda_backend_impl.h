@@ -82,6 +82,9 @@ class CudaBackend final : public Backend {
   void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override;
   void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
                 Tensor out) override;
+  void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                        Tensor out) override;
+  bool has_gemm_fp8_weights() const override { return true; }
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override;
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
@@ -123,7 +126,10 @@ class CudaBackend final : public Backend {
   int64_t kv_capacity_ = 0;    // KV entries (sum of kv_len) a step may have: the largest KV cache's table
   StagedBuffer staged_;        // the ForwardBatch's arrays, packed, as uploaded
   int32_t* arrays_ = nullptr;  // the fixed arrays the kernels read (layout in reserve_batch_arrays)
-  BatchUnpackParams fixed_;    // their addresses
+  // Weight-only FP8: the largest matrix widened to the compute dtype for GEMMs of more than 16 rows.
+  void* widened_ = nullptr;
+  int64_t widened_elems_ = 0;
+  BatchUnpackParams fixed_;  // their addresses
   uint64_t batch_generation_ = 0;
   const void* batch_tokens_ = nullptr;         // device address of the current batch's tokens
   AttentionUnit::Plan plan_;                   // of the current batch

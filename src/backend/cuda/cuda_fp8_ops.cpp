@@ -1,5 +1,6 @@
-// The CUDA backend's FP8 weight ops: per-row e4m3 quantization and the scaled FP8 GEMM (the skinny
-// wgmma kernel up to 64 rows, cuBLASLt for more: bench_gemm, bench/README.md).
+// The CUDA backend's FP8 weight ops: per-row e4m3 quantization, the scaled FP8 GEMM (the skinny
+// wgmma kernel up to 16 rows, cuBLASLt for more: bench_gemm, bench/README.md) and the weight-only
+// one (bf16 inputs: the skinny kernel's bf16 variant up to 16 rows, a widened matrix above).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -75,6 +76,58 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   a.x_scale = x_scale.ptr<const float>();
   a.w_scale = w_scale.ptr<const float>();
   gemm_->run(a);
+}
+
+void CudaBackend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                                   Tensor out) {
+  on_device();
+  const OpScope profile(profiler_, "gemm");
+  constexpr const char* op = "gemm_fp8_weights";
+  check_activation(x, op, "x");
+  check_dtype(wq, DType::kFP8E4M3, op, "wq");
+  check_dtype(w_scale, DType::kF32, op, "w_scale");
+  check_activation(out, op, "out");
+  SERVE8_CHECK(x.ndim == 2 && wq.ndim == 2 && x.dim(1) == wq.dim(1), "{}: x {} and wq {} must be [M, K] and [N, K]", op,
+               x.shape_str(), wq.shape_str());
+  const int64_t m = x.dim(0), n = wq.dim(0), k = x.dim(1);
+  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n && w_scale.numel() == n,
+               "{}: out {} and w_scale {} do not fit M={} N={}", op, out.shape_str(), w_scale.shape_str(), m, n);
+  SERVE8_CHECK(k % 16 == 0, "{}: K = {} is not a multiple of 16", op, k);
+  if (bias) {
+    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
+                 "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
+  }
+  const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+  if (x.dtype == DType::kBF16 && aligned(x.data) && aligned(wq.data)) {
+    SkinnyGemmArgs g;
+    g.x = x.data;
+    g.x_bf16 = true;
+    g.w = wq.ptr<const uint8_t>();
+    g.w_scale = w_scale.ptr<const float>();
+    g.bias = bias ? bias->data : nullptr;
+    g.bias_f32 = bias && bias->dtype == DType::kF32;
+    g.out = out.data;
+    g.out_f32 = out.dtype == DType::kF32;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    if (skinny_fp8_->run(g, stream_)) return;
+  }
+  // More rows than the skinny kernel takes: widen the matrix into the compute dtype (the product
+  // of each code and its row's scale, rounded once) and run the dense GEMM on it.
+  SERVE8_CHECK(n * k <= widened_elems_,
+               "{}: a {} x {} matrix exceeds the {} elements reserved for widened weight-only FP8 matrices "
+               "(reserve_steps)",
+               op, n, k, widened_elems_);
+  Fp8WidenParams p;
+  p.dtype = compute_;
+  p.q = wq.ptr<const uint8_t>();
+  p.scale = w_scale.ptr<const float>();
+  p.out = widened_;
+  p.rows = n;
+  p.cols = k;
+  launch_widen_fp8_rows(p, stream_);
+  gemm_->run(cuda_ops::gemm_args(x, Tensor(widened_, compute_, {n, k}), bias, out, m));
 }
 
 }  // namespace serve8

@@ -1,5 +1,5 @@
-// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token)
-// and the scales and bias after an unscaled cuBLASLt GEMM.
+// FP8 (e4m3) rows for the FP8 GEMMs: per-row quantization (weights at load, activations per token),
+// the scales and bias after an unscaled cuBLASLt GEMM, and weight-only matrices widened.
 #include <algorithm>
 
 #include "backend/cuda/attention_common.cuh"
@@ -72,7 +72,34 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
   }
 }
 
+// Eight codes a thread (cols is a multiple of 8: the FP8 GEMMs take K in multiples of 16).
+template <typename T>
+__global__ void widen_fp8_rows_kernel(const Fp8WidenParams p) {
+  const int64_t n8 = p.rows * p.cols / 8;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n8; i += int64_t{gridDim.x} * blockDim.x) {
+    const float s = p.scale[i * 8 / p.cols];
+    const uint2 codes = reinterpret_cast<const uint2*>(p.q)[i];
+    float f[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      f[j] = e4m3_to_f32(static_cast<uint8_t>((j < 4 ? codes.x : codes.y) >> (8 * (j & 3)))) * s;
+    Act<T>::store8(static_cast<T*>(p.out) + i * 8, f);
+  }
+}
+
 }  // namespace
+
+void launch_widen_fp8_rows(const Fp8WidenParams& p, cudaStream_t stream) {
+  const int64_t n8 = p.rows * p.cols / 8;
+  if (n8 == 0) return;
+  const int64_t blocks = std::min<int64_t>((n8 + 255) / 256, 65535 * 8);
+  if (p.dtype == DType::kF32) {
+    widen_fp8_rows_kernel<float><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+  } else {
+    widen_fp8_rows_kernel<uint16_t><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
+  }
+  SERVE8_CUDA_CHECK_LAUNCH("widen_fp8_rows_kernel");
+}
 
 void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;

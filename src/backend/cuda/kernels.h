@@ -103,6 +103,18 @@ struct Fp8ScaleParams {
 };
 void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream);
 
+// out[r, c] = e4m3(q[r, c]) * scale[r] in the compute dtype (bf16 or fp32): a weight-only FP8
+// matrix widened for a GEMM with more rows than the skinny kernel takes.
+struct Fp8WidenParams {
+  DType dtype = DType::kBF16;
+  const uint8_t* q = nullptr;
+  const float* scale = nullptr;
+  void* out = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+void launch_widen_fp8_rows(const Fp8WidenParams& p, cudaStream_t stream);
+
 // Writes k, v [T, Hkv, D] (bf16 or fp32) into the pool at out_slots: value / scale[head], converted
 // to the storage dtype with core/dtype.h's conversions, so the bytes equal the CPU backend's.
 struct KvStoreParams {

@@ -1,7 +1,12 @@
 // The skinny FP8 GEMM (skinny_gemm.h). A block of one warpgroup computes 64 output channels x
 // token_tile tokens over its K range: cp.async streams 64 weight rows x 256 bytes and the token
-// rows per stage into 128-byte-swizzled shared memory (two atoms of [rows][128 bytes]), and wgmma
-// m64nXk32 e4m3 multiplies from there.
+// rows' 256 elements per stage into 128-byte-swizzled shared memory (atoms of [rows][128 bytes]).
+// e4m3 tokens: wgmma m64nXk32 e4m3 multiplies from there. bf16 tokens: each thread widens its
+// part of the weights to bf16 registers and wgmma m64nXk16 bf16 takes them with the tokens' atoms.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
@@ -16,12 +21,15 @@ constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
 constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
 constexpr int kMaxTiles = 1 << 16;
 
-// A stage: the weight atoms (64 rows x 128 bytes each), then the token atoms.
-constexpr int stage_bytes(int nt) { return kAtoms * (kSkinnyTileN + nt) * kAtomBytes; }
+// Token bytes per element: e4m3 or bf16.
+constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
+// A stage: the weight atoms (64 rows x 128 bytes each), then the token atoms (twice as many for
+// bf16 tokens).
+constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
 // Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
 // (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
-constexpr int stages_for(int nt) { return std::clamp(110 * 1024 / stage_bytes(nt), 2, 8); }
-constexpr int smem_bytes(int nt) { return stages_for(nt) * stage_bytes(nt) + 1024; }
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
+constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
 
 struct KernelParams {
   SkinnyGemmArgs a;
@@ -60,6 +68,41 @@ __device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[8], uint64_t a, uint64
       : "l"(a), "l"(b));
 }
 
+// bf16 tokens: A (the 64 weight rows, k16) from registers, B (tokens) from shared memory.
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// Two e4m3 codes (the lower byte first in K) as two bf16 (the lower half first), exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint16_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
 // Row r's 16-byte chunk c of a 128-byte swizzle row lands at chunk c ^ (r % 8).
 __device__ __forceinline__ uint32_t swizzled(int r, int c) {
   return static_cast<uint32_t>(r * kAtomBytes + ((c ^ (r & 7)) << 4));
@@ -79,26 +122,53 @@ __device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, uint32_t s
   }
 }
 
-template <int NT>
+// Tokens: NT rows x 256 elements (e4m3: 16 chunks a row, bf16: 32), consecutive threads along a row.
+template <int NT, bool BF16>
 __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
-  constexpr int kChunks = kSkinnyBlockK / 16;
+  constexpr int kBytes = token_bytes(BF16), kChunks = kSkinnyBlockK * kBytes / 16;
   const uint32_t base = stage + kAtoms * kSkinnyTileN * kAtomBytes;
+  const uint8_t* x = static_cast<const uint8_t*>(a.x);
 #pragma unroll
   for (int j = 0; j < (NT * kChunks + kThreads - 1) / kThreads; ++j) {
     const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
     if (i < NT * kChunks) {
-      const int64_t col = k0 + c * 16;
+      const int64_t col = k0 + c * (16 / kBytes);
       const bool ok = r < a.m && col < a.k;
-      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? a.x + r * a.k + col : a.x, ok);
+      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? x + (r * a.k + col) * kBytes : x, ok);
     }
   }
 }
 
+// bf16 tokens, one stage: A of wgmma k16 step s is weight bytes 16s..16s+15 (atom s / 8, chunk
+// s % 8); thread (warp w, lane l) holds rows 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9),
+// the m64k16 register layout. Rows 16w + l/4 and 8 more share their swizzle (row % 8 = l/4).
 template <int NT>
+__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t stage) {
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2;
+  const uint32_t rows = stage + (warp * 16 + g) * kAtomBytes + 2 * (lane & 3);
+  constexpr int kSteps = kSkinnyBlockK / 16;
+  uint32_t a[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint32_t p = rows + (s >> 3) * (kSkinnyTileN * kAtomBytes) + (((s & 7) ^ g) << 4);
+    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(p));
+    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes));
+    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8));
+    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes + 8));
+  }
+  // B of step s: token bytes 32s..32s+31, in atom s / 4 at byte 32 (s % 4).
+  const uint32_t tokens = stage + kAtoms * kSkinnyTileN * kAtomBytes;
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+    wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kAtomBytes) + (s & 3) * 32));
+}
+
+template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
-  constexpr int kStages = stages_for(NT);
-  constexpr int kStageBytes = stage_bytes(NT);
+  constexpr int kStages = stages_for(NT, BF16);
+  constexpr int kStageBytes = stage_bytes(NT, BF16);
   constexpr int kRegs = NT / 2;  // accumulators per thread
   extern __shared__ uint8_t smem_raw[];
   // Swizzled operands need 1024-byte-aligned 8-row groups.
@@ -118,7 +188,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkb) load_tokens<NT>(a, smem + s * kStageBytes, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, int64_t{kb0 + s} * kSkinnyBlockK);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
@@ -135,18 +205,23 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     if (next < nkb) {
       const uint32_t st = smem + (next % kStages) * kStageBytes;
       load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
-      load_tokens<NT>(a, st, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_tokens<NT, BF16>(a, st, int64_t{kb0 + next} * kSkinnyBlockK);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    if constexpr (BF16) {
+      multiply_bf16_stage<NT>(d, stage);
+    } else {
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int atom = 0; atom < kAtoms; ++atom) {
+      for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
-      for (int kk = 0; kk < kAtomBytes / 32; ++kk) {
-        const uint64_t dw = smem_desc(stage + atom * (kSkinnyTileN * kAtomBytes) + kk * 32);
-        const uint64_t dx = smem_desc(stage + kAtoms * kSkinnyTileN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
-        wgmma_e4m3<NT>(d, dw, dx);
+        for (int kk = 0; kk < kAtomBytes / 32; ++kk) {
+          const uint64_t dw = smem_desc(stage + atom * (kSkinnyTileN * kAtomBytes) + kk * 32);
+          const uint64_t dx =
+              smem_desc(stage + kAtoms * kSkinnyTileN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
+          wgmma_e4m3<NT>(d, dw, dx);
+        }
       }
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -193,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     if (a.bias)
       b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
                      : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-    const float r = d[i] * a.x_scale[tok] * a.w_scale[ch] + b;
+    const float r = d[i] * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
     if (a.out_f32) {
       static_cast<float*>(a.out)[tok * a.n + ch] = r;
     } else {
@@ -202,20 +277,20 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   }
 }
 
-template <int NT>
+template <int NT, bool BF16>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  launch_dependent(skinny_fp8_gemm_kernel<NT>,
+  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
                    dim3(static_cast<unsigned>(plan.tiles_n), static_cast<unsigned>(plan.splits)), dim3(kThreads),
-                   smem_bytes(NT), stream, p);
+                   smem_bytes(NT, BF16), stream, p);
 }
 
-template <int NT>
+template <int NT, bool BF16>
 int prepare() {
-  SERVE8_CUDA_CHECK(
-      cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT)));
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes(NT, BF16)));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT>, kThreads, smem_bytes(NT)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT, BF16>, kThreads,
+                                                                  smem_bytes(NT, BF16)));
   return blocks;
 }
 
@@ -223,8 +298,10 @@ int prepare() {
 
 SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
   static_assert(kSkinnyTokenTileCount == 2, "prepare every token tile built");
-  blocks_per_sm_[0] = prepare<8>();
-  blocks_per_sm_[1] = prepare<16>();
+  blocks_per_sm_[0][0] = prepare<8, false>();
+  blocks_per_sm_[0][1] = prepare<16, false>();
+  blocks_per_sm_[1][0] = prepare<8, true>();
+  blocks_per_sm_[1][1] = prepare<16, true>();
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
   SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxTiles * sizeof(unsigned)));
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxTiles * sizeof(unsigned)));
@@ -235,16 +312,16 @@ SkinnyFp8Gemm::~SkinnyFp8Gemm() {
   cudaFree(counters_);
 }
 
-SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k) const {
+SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
-  shape.blocks_per_sm = blocks_per_sm_[m <= kSkinnyTokenTiles[0] ? 0 : 1];
+  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][m <= kSkinnyTokenTiles[0] ? 0 : 1];
   shape.max_workspace_bytes = workspace_bytes_;
   return plan_skinny_gemm(m, n, k, shape);
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
-  return run(args, plan(args.m, args.n, args.k), stream);
+  return run(args, plan(args.m, args.n, args.k, args.x_bf16), stream);
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
@@ -256,10 +333,11 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   p.splits = plan.splits;
   p.partials = partials_;
   p.counters = counters_;
+  const bool bf16 = args.x_bf16;
   if (plan.token_tile == 8) {
-    launch<8>(p, plan, stream);
+    bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream);
   } else {
-    launch<16>(p, plan, stream);
+    bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream);
   }
   return true;
 }

@@ -1,6 +1,8 @@
-// The FP8 GEMM for small decode batches (M <= 16 rows) on Hopper's FP8 tensor cores: the weights
-// are the wgmma's 64-row operand and the tokens its narrow one, so each weight byte is read once;
-// skinny_gemm_plan.h cuts the work, and a tile's last split block adds the partials.
+// The FP8 GEMM for small decode batches (M <= 16 rows) on Hopper's tensor cores: the weights are
+// the wgmma's 64-row operand and the tokens its narrow one, so each weight byte is read once;
+// skinny_gemm_plan.h cuts the work, and a tile's last split block adds the partials. e4m3 tokens
+// multiply on the FP8 tensor cores; bf16 tokens (weight-only FP8) on the bf16 ones, each thread
+// widening its share of the weights (exactly: e4m3 fits bf16) into wgmma's register operand.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,10 +13,12 @@
 
 namespace serve8 {
 
-// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]); x and w e4m3 rows of k bytes
-// (k a multiple of 16, both 16-byte aligned), out bf16 or fp32.
+// out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]); w e4m3 rows of k bytes, x e4m3
+// rows of k bytes or, with x_bf16, bf16 rows of k elements and no x_scale (k a multiple of 16, x
+// and w 16-byte aligned); out bf16 or fp32.
 struct SkinnyGemmArgs {
-  const uint8_t* x = nullptr;
+  const void* x = nullptr;
+  bool x_bf16 = false;
   const uint8_t* w = nullptr;
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
@@ -34,7 +38,7 @@ class SkinnyFp8Gemm {
   SkinnyFp8Gemm& operator=(const SkinnyFp8Gemm&) = delete;
 
   // token_tile 0 if the shape is not for this kernel.
-  SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k) const;
+  SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k, bool x_bf16 = false) const;
   size_t workspace_bytes() const { return workspace_bytes_; }
 
   // False (nothing launched) when the plan is refused or does not fit the workspace; a plan of
@@ -44,7 +48,7 @@ class SkinnyFp8Gemm {
 
  private:
   int sms_ = 0;
-  int blocks_per_sm_[kSkinnyTokenTileCount] = {};
+  int blocks_per_sm_[2][kSkinnyTokenTileCount] = {};  // [x_bf16][token tile]
   size_t workspace_bytes_ = 0;
   float* partials_ = nullptr;
   unsigned* counters_ = nullptr;
