@@ -3,7 +3,7 @@
 # CPU backend. Text: the human turns of ShareGPT_V3_filtered_500.json, the first 2048 tokens of
 # conversations 0-99 for calibration and the first CHUNKS x CTX tokens of 100-499 (disjoint) for
 # evaluation; every KV dtype is compared with bf16 KV, then FP8 weights with the checkpoint's.
-# ~35 min on one core (CHUNKS=4, CTX=512); PARTS=fp8w runs only the FP8-weight rows (~15 min on two).
+# ~35 min on one core (CHUNKS=4, CTX=512); PARTS=fp8w runs only the FP8-weight rows (~30 min on two).
 #   [CHUNKS=4] [CTX=512] [PARTS="kv fp8w"] scripts/accuracy_smollm2.sh [SERVE8] [MODEL]
 #     -> bench/results/accuracy_smollm2_cpu.jsonl, accuracy_smollm2_fp8_weights_cpu.jsonl
 set -euo pipefail
@@ -11,6 +11,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 B="${1:-$root/build/src/cli/serve8}"
 M="${2:-$root/.models/SmolLM2-135M-Instruct.Q4_1.gguf}"
 D="$root/../shared/data/sharegpt/ShareGPT_V3_filtered_500.json"
+G="$root/../shared/data/gsm8k/train.jsonl"
 CTX="${CTX:-512}" CHUNKS="${CHUNKS:-4}"
 W="$(mktemp -d)"
 trap 'rm -rf "$W"' EXIT
@@ -40,11 +41,17 @@ run --kv-cache-dtype int4
 run --kv-cache-dtype int4 --quantization-param-path "$W/scales_per-head.json"
 fi
 # FP8 weights (e4m3 per output channel) against the checkpoint's, both with bf16 KV: rounded at
-# load, then checkpoints from `convert fp8` (GPTQ from the calibration text, act-order as default).
+# load, then checkpoints from `convert fp8` (GPTQ, act-order), each GEMM's input quantized per token
+# or kept as it is (weight-only). GPTQ's calibration text: the calibration turns above and GSM8K's
+# first training problems (disjoint from the scored text), 65,536 tokens.
 if [[ " $PARTS " == *" fp8w "* ]]; then
   out="$root/bench/results/accuracy_smollm2_fp8_weights_cpu.jsonl"
   : >"$out"
   run --kv-cache-dtype bf16 --quantization fp8
-  "$B" convert fp8 --model-path "$M" --calibration "$W/calib.txt" --context "$CTX" --output "$W/gptq" 2>/dev/null
-  TEST_MODEL="$W/gptq" run --kv-cache-dtype bf16 --tokenizer-path "$M" --reference-model-path "$M"
+  jq -r '.question, .answer, ""' "$G" | head -c 300000 | cat "$W/calib.txt" - >"$W/calib_fp8w.txt"
+  for inputs in token none; do
+    "$B" convert fp8 --model-path "$M" --calibration "$W/calib_fp8w.txt" --calibration-tokens 65536 --context "$CTX" \
+      --activations "$inputs" --output "$W/gptq_$inputs" 2>/dev/null
+    TEST_MODEL="$W/gptq_$inputs" run --kv-cache-dtype bf16 --tokenizer-path "$M" --reference-model-path "$M"
+  done
 fi
