@@ -1,8 +1,10 @@
 // bench/gemm: decode-sized GEMMs (M = 1..64 rows) on the weight matrices of Llama-3-8B,
 // Llama-2-13B and Llama-2-70B, against the machine's copy bandwidth measured in the same run.
 // Kernels: serve8's FP8 GEMM as the backend dispatches it (gemm_fp8: the skinny wgmma kernel up to
-// 16 rows, cuBLASLt above), cuBLASLt FP8 (e4m3 with per-row and per-channel scales), the skinny
-// kernel at forced split counts (--splits) and cuBLASLt bf16 (the bf16 weights' GEMM).
+// 16 rows, cuBLASLt above), its weight-only FP8 GEMM (gemm_fp8_weights, bf16 inputs: the skinny
+// kernel's bf16 variant up to 16 rows, the widened matrix and cuBLASLt above), cuBLASLt FP8 (e4m3
+// with per-row and per-channel scales), the skinny kernel at forced split counts (--splits) and
+// cuBLASLt bf16 (the bf16 weights' GEMM).
 //
 //   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
 //
@@ -44,11 +46,11 @@ struct Matrix {
   int64_t n, k;
 };
 constexpr Matrix kMatrices[] = {
-    {"llama-3-8b", "qkv", 6144, 4096},      {"llama-3-8b", "o", 4096, 4096},
-    {"llama-3-8b", "gate_up", 28672, 4096}, {"llama-3-8b", "down", 4096, 14336},
-    {"llama-2-13b", "qkv", 15360, 5120},    {"llama-2-13b", "o", 5120, 5120},
+    {"llama-3-8b", "qkv", 6144, 4096},       {"llama-3-8b", "o", 4096, 4096},
+    {"llama-3-8b", "gate_up", 28672, 4096},  {"llama-3-8b", "down", 4096, 14336},
+    {"llama-2-13b", "qkv", 15360, 5120},     {"llama-2-13b", "o", 5120, 5120},
     {"llama-2-13b", "gate_up", 27648, 5120}, {"llama-2-13b", "down", 5120, 13824},
-    {"llama-2-70b", "qkv", 10240, 8192},    {"llama-2-70b", "o", 8192, 8192},
+    {"llama-2-70b", "qkv", 10240, 8192},     {"llama-2-70b", "o", 8192, 8192},
     {"llama-2-70b", "gate_up", 57344, 8192}, {"llama-2-70b", "down", 8192, 28672},
 };
 
@@ -188,10 +190,15 @@ int run(int argc, char** argv) {
     copy_gbs = 2.0 * static_cast<double>(bytes) / ms / 1e6;
   }
   std::printf("device: %s\ncopy: %.0f GB/s\n\n", be.device_description().c_str(), copy_gbs);
-  std::printf("%-22s %3s %-14s %9s %7s %9s %7s\n", "matrix", "M", "kernel", "cold ms", "%copy", "graph ms", "%copy");
+  std::printf("%-22s %3s %-18s %9s %7s %9s %7s\n", "matrix", "M", "kernel", "cold ms", "%copy", "graph ms", "%copy");
 
   CublasLtGemm lt(s);
   SkinnyFp8Gemm skinny(props.multiProcessorCount);
+  // Weight-only FP8 above 16 rows widens the matrix into a buffer sized here, as a model does.
+  StepLimits limits{static_cast<int>(*std::max_element(ms_list.begin(), ms_list.end())), 1, 1, 1, 64};
+  for (const Matrix& mat : kMatrices)
+    limits.fp8_weight_only_elems = std::max(limits.fp8_weight_only_elems, mat.n * mat.k);
+  be.reserve_steps(limits);
   Json rows = Json::array();
   const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   for (const Matrix& mat : kMatrices) {
@@ -220,12 +227,19 @@ int run(int argc, char** argv) {
         std::string name;
         double weight_bytes;
         std::function<void(int)> fn;  // on weight copy c
+        double input_bytes = 1;       // per input element: e4m3 or bf16
       };
       std::vector<Kernel> kernels;
       kernels.push_back({"serve8 fp8", double(n * k), [&](int c) {
                            const Tensor tw8(const_cast<uint8_t*>(w8_copy(c)), DType::kFP8E4M3, {n, k});
                            be.gemm_fp8(tx8, txs, tw8, tws, nullptr, tout);
                          }});
+      kernels.push_back({"serve8 fp8 w-only", double(n * k),
+                         [&](int c) {
+                           const Tensor tw8(const_cast<uint8_t*>(w8_copy(c)), DType::kFP8E4M3, {n, k});
+                           be.gemm_fp8_weights(tx16, tw8, tws, nullptr, tout);
+                         },
+                         2});
       GemmArgs fa;
       fa.x = x8.data();
       fa.out = out.data();
@@ -257,27 +271,44 @@ int run(int argc, char** argv) {
                              SERVE8_CHECK(skinny.run(g, plan, s), "bench_gemm: the skinny kernel refused a plan");
                            }});
       }
-      kernels.push_back({"cublaslt bf16", double(n * k) * 2, [&](int c) {
+      kernels.push_back({"cublaslt bf16", double(n * k) * 2,
+                         [&](int c) {
                            const Tensor tw16(const_cast<uint8_t*>(w16_copy(c)), DType::kBF16, {n, k});
                            be.gemm(tx16, tw16, nullptr, tout);
-                         }});
+                         },
+                         2});
       for (const Kernel& kn : kernels) {
         const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, sinkp, [&] { kn.fn(0); });
         const double graph_ms = time_graph_ms(s, reps, copies, kn.fn);
-        const double in_bytes = double(m * k) * (kn.weight_bytes > double(n * k) ? 2 : 1);
+        const double in_bytes = double(m * k) * kn.input_bytes;
         const double bytes = kn.weight_bytes + in_bytes + double(m * n) * 2;
         const double gbs = bytes / ms / 1e6, graph_gbs = bytes / graph_ms / 1e6;
-        std::printf("%-22s %3lld %-14s %9.4f %6.1f%% %9.4f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
+        std::printf("%-22s %3lld %-18s %9.4f %6.1f%% %9.4f %6.1f%%\n", label.c_str(), static_cast<long long>(m),
                     kn.name.c_str(), ms, 100.0 * gbs / copy_gbs, graph_ms, 100.0 * graph_gbs / copy_gbs);
-        rows.push_back({{"model", mat.model}, {"matrix", mat.name}, {"m", m}, {"n", n}, {"k", k}, {"kernel", kn.name},
-                        {"ms", ms}, {"bytes", bytes}, {"gb_per_s", gbs}, {"fraction_of_copy", gbs / copy_gbs},
-                        {"graph_ms", graph_ms}, {"graph_copies", copies}, {"graph_fraction_of_copy", graph_gbs / copy_gbs}});
+        rows.push_back({{"model", mat.model},
+                        {"matrix", mat.name},
+                        {"m", m},
+                        {"n", n},
+                        {"k", k},
+                        {"kernel", kn.name},
+                        {"ms", ms},
+                        {"bytes", bytes},
+                        {"gb_per_s", gbs},
+                        {"fraction_of_copy", gbs / copy_gbs},
+                        {"graph_ms", graph_ms},
+                        {"graph_copies", copies},
+                        {"graph_fraction_of_copy", graph_gbs / copy_gbs}});
       }
     }
   }
-  Json doc = {{"command", command},       {"git_hash", build_commit()}, {"device", be.device_description()},
-              {"date", utc_now()},        {"copy_gb_per_s", copy_gbs},  {"reps", reps},
-              {"l2_flush_bytes", flush_bytes}, {"rows", rows}};
+  Json doc = {{"command", command},
+              {"git_hash", build_commit()},
+              {"device", be.device_description()},
+              {"date", utc_now()},
+              {"copy_gb_per_s", copy_gbs},
+              {"reps", reps},
+              {"l2_flush_bytes", flush_bytes},
+              {"rows", rows}};
   std::ofstream(out_path) << doc.dump(1) << "\n";
   std::printf("\nwrote %s\n", out_path.c_str());
   return 0;
