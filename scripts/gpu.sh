@@ -40,6 +40,8 @@ shared_files=(models/stories260K/stories260K.bin golden/stories260K/greedy.json 
   configs/llama-2-7b.json configs/llama-2-13b.json configs/llama-2-70b.json configs/llama-3-8b.json
   configs/llama-3.1-8b.json
   data/sharegpt/ShareGPT_V3_filtered_500.json)
+# GSM8K's first 600 training problems (330 KB of the 4 MB file): GPTQ calibration text for `e2e gguf`.
+gsm8k_head_lines=600
 # A GPU job takes at most 64 MiB: the working tree's files and what is sent beside them.
 limit=$((64 << 20))
 tree_bytes() {
@@ -82,6 +84,8 @@ pack() {
     mkdir -p "$s/shared/$(dirname "$f")"
     cp -r "$shared/$f" "$s/shared/$f"
   done
+  mkdir -p "$s/shared/data/gsm8k"
+  head -n "$gsm8k_head_lines" "$shared/data/gsm8k/train.jsonl" >"$s/shared/data/gsm8k/train.jsonl"
   printf '%s\n' "${tests[@]}" >"$s/tests.txt"
   python_pieces "$s"
   # The commit of the sources the binaries were built from (another checkout's with SERVE8_GPU_BUILD).

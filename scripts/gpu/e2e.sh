@@ -12,7 +12,8 @@
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
-#           same file (gguf_file=), then fp16 / fp8 / int8 / int4 KV vs bf16 KV (eval kld) on
+#           same file (gguf_file=), then fp16 / fp8 / int8 / int4 KV vs bf16 KV and FP8 weights
+#           (at load; GPTQ with inputs per token and weight-only) vs the file's (eval kld) on
 #           ShareGPT prompts, rows for docs/accuracy.md. Needs the GGUF (scripts/gpu.sh says how
 #           it is sent), so not a default step; gguf32 is gguf in fp32
 # Logs go to $OUT: results.tgz (everything) and each step's *_summary.txt.
@@ -84,6 +85,27 @@ PY
       "$B" eval kld --device cuda --model-path "$g" --text "$w/eval.txt" --context 512 \
         --reference-kv-cache-dtype bf16 --output-file "$OUT/accuracy_smollm2.jsonl" --kv-cache-dtype $kv \
         2>>"$OUT/log.txt" | grep -E "^KV|Mean|99.0|Same|PPL|RMS" || echo "gguf: eval kld --kv-cache-dtype $kv failed"
+    done
+    # (c) FP8 weights against the checkpoint's (bf16 KV both): rounded at load, then GPTQ checkpoints
+    # (convert fp8 on this machine's CPUs; calibration: the 100 prompts and GSM8K's first problems,
+    # 65,536 tokens, as scripts/accuracy_smollm2.sh) with inputs per token and weight-only.
+    python3 - "$E/shared/data/gsm8k/train.jsonl" "$w" <<'PY'
+import json, sys
+qa = "".join(f"{p['question']}\n{p['answer']}\n\n" for p in map(json.loads, open(sys.argv[1])))
+open(f"{sys.argv[2]}/calib_fp8w.txt", "w").write(open(f"{sys.argv[2]}/calib.txt").read() + "\n" + qa[:300000])
+PY
+    local fp8w=("--model-path $g --quantization fp8")
+    for inputs in token none; do
+      OMP_NUM_THREADS=16 "$B" convert fp8 --model-path "$g" --calibration "$w/calib_fp8w.txt" --calibration-tokens 65536 \
+        --context 512 --activations "$inputs" --output "$w/gptq_$inputs" >>"$OUT/log.txt" 2>&1 &&
+        fp8w+=("--model-path $w/gptq_$inputs --tokenizer-path $g --reference-model-path $g") ||
+        echo "gguf: convert fp8 --activations $inputs failed (see log.txt)"
+    done
+    for args in "${fp8w[@]}"; do
+      # shellcheck disable=SC2086  # args holds the flags of one row
+      "$B" eval kld --device cuda --text "$w/eval.txt" --context 512 --kv-cache-dtype bf16 \
+        --reference-kv-cache-dtype bf16 --output-file "$OUT/accuracy_smollm2_fp8_weights.jsonl" $args \
+        2>>"$OUT/log.txt" | grep -E "^weights|Mean|99.0|Same|PPL|RMS" || echo "gguf: eval kld $args failed"
     done
     }
   } | tee "$OUT/gguf${tag}_summary.txt"
