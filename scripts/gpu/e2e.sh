@@ -7,8 +7,9 @@
 #   kvfp8   that Llama-3-8B with fp8_e5m2 / fp8_e4m3 / int8 / int4 KV against bf16 KV: mean KLD, top-1
 #   bench   bench-one-batch, Llama-2-7B dummy weights, batch 1/16/64, 512-token prompts
 #   mbu     bench-one-batch MBU and op profile, Llama-3-8B / Llama-2-13B dummy, each KV dtype, B=64-256
-#   fp8w    bench-one-batch with --quantization fp8 against bf16 weights, the same models, bf16 and
-#           fp8_e5m2 KV, B=1 and 64, 1,024-token prompts, op profile
+#   fp8w    bench-one-batch with --quantization fp8 (inputs per token, and weight-only through a
+#           config that says so) against bf16 weights, the same models, bf16 and fp8_e5m2 KV, B=1
+#           and 64, 1,024-token prompts, op profile
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
@@ -215,11 +216,22 @@ fp8w() {
   [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
   echo "copy bandwidth ${copy} GB/s" | tee "$OUT/fp8w_summary.txt"
   for cfg in ${SERVE8_FP8W_MODELS:-llama-3-8b llama-2-13b}; do
+    # Weight-only FP8 (bf16 inputs): the same config with a compressed-tensors scheme without inputs.
+    mkdir -p "/tmp/wonly_$cfg"
+    python3 - "$E/shared/configs/$cfg.json" "/tmp/wonly_$cfg/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {
+    "group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}
+json.dump(c, open(sys.argv[2], "w"))
+PY
     for kv in ${SERVE8_FP8W_KV:-auto fp8_e5m2}; do
-      for q in none fp8; do
+      for q in none fp8 w-only; do
+        local model="$E/shared/configs/$cfg.json" quant="$q"
+        [[ $q == w-only ]] && model="/tmp/wonly_$cfg" quant=fp8
         # shellcheck disable=SC2086  # the batch list is several arguments
-        "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
-          --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_FP8W_BATCHES:-1 64} --input-len 1024 \
+        "$B" bench-one-batch --device cuda --model-path "$model" --load-format dummy \
+          --kv-cache-dtype "$kv" --quantization "$quant" --batch-size ${SERVE8_FP8W_BATCHES:-1 64} --input-len 1024 \
           --output-len 32 --profile-steps 4 --copy-gbps "$copy" --result-filename "$OUT/fp8w_bench_one_batch.jsonl" \
           2>>"$OUT/log.txt" | sed "s/^/$cfg kv $kv weights $q: /" | tee -a "$OUT/fp8w_summary.txt"
       done
