@@ -48,7 +48,8 @@ if [[ " $PARTS " == *" fp8w "* ]]; then
   out="$root/bench/results/accuracy_smollm2_fp8_weights_cpu.jsonl"
   : >"$out"
   run --kv-cache-dtype bf16 --quantization fp8
-  jq -r '.question, .answer, ""' "$G" | head -c 300000 | cat "$W/calib.txt" - >"$W/calib_fp8w.txt"
+  head -n 600 "$G" | jq -r '.question, .answer, ""' >"$W/gsm8k.txt"  # files, not a pipe that head cuts
+  { cat "$W/calib.txt"; head -c 300000 "$W/gsm8k.txt"; } >"$W/calib_fp8w.txt"
   for inputs in token none; do
     "$B" convert fp8 --model-path "$M" --calibration "$W/calib_fp8w.txt" --calibration-tokens 65536 --context "$CTX" \
       --activations "$inputs" --output "$W/gptq_$inputs" 2>/dev/null
