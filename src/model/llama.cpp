@@ -56,9 +56,9 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   fp8_weight_only_ = fp8 && !fp8_inputs_;
   SERVE8_CHECK(!fp8_weight_only_ || backend.has_gemm_fp8_weights(),
                "model: this checkpoint's FP8 weights take unquantized inputs (compressed-tensors without "
-               "input_activations), which the {} backend cannot multiply yet; convert it with inputs quantized "
-               "per token (serve8 convert fp8 --activations token) or load the unquantized checkpoint with "
-               "--quantization fp8",
+               "input_activations), which the {} backend cannot multiply yet; use one whose inputs are quantized "
+               "per token (serve8 convert fp8 --activations token, from the unquantized checkpoint) or load the "
+               "unquantized checkpoint with --quantization fp8",
                backend.name());
   if (fp8_inputs_) {
     const int64_t widest = std::max<int64_t>({h, shard_.q_size(config_.head_dim), shard_.intermediate_size});
