@@ -92,6 +92,17 @@ HostArray random_e4m3(Rng& rng, int64_t n) {
   return a;
 }
 
+// The first `checked` channels of each row of the GPU's [m, s.n] output (what the CPU reference
+// computed); a test failure where any output was left unwritten (the poison reads as NaN).
+std::vector<float> checked_channels(const std::vector<float>& all, int64_t m, const WeightShape& s, int64_t checked) {
+  std::vector<float> got;
+  size_t nan = 0;
+  for (int64_t r = 0; r < m; ++r) got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + checked);
+  for (float v : all) nan += std::isnan(v);
+  EXPECT_EQ(nan, 0u) << s.model << " M=" << m << ": outputs left unwritten";
+  return got;
+}
+
 TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
   // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 16 takes the skinny
@@ -124,11 +135,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
                      out.view(DType::kBF16, {m, s.n}));
       EXPECT_EQ(to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n)).bytes, first.bytes)
           << s.model << " M=" << m << ": a second run differs";
-      std::vector<float> got;
-      size_t nan = 0;
-      for (int64_t r = 0; r < m; ++r) got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + kChecked);
-      for (float v : all) nan += std::isnan(v);
-      EXPECT_EQ(nan, 0u) << s.model << " M=" << m << ": outputs left unwritten";
+      const std::vector<float> got = checked_channels(all, m, s, kChecked);
       // The products of e4m3 codes are exact in fp32; what remains is the summation order and the
       // bf16 output (half an ulp: 2^-9 relative).
       EXPECT_LT(rel_error(got, ref.values()), 4e-3) << s.model << " M=" << m;
@@ -162,11 +169,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
       gpu_->gemm_fp8_weights(dx.view({m, s.k}), dwq.view({s.n, s.k}), dws.view({s.n}), nullptr,
                              out.view(DType::kBF16, {m, s.n}));
       const std::vector<float> all = to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * s.n)).values();
-      std::vector<float> got;
-      size_t nan = 0;
-      for (int64_t r = 0; r < m; ++r) got.insert(got.end(), all.begin() + r * s.n, all.begin() + r * s.n + kChecked);
-      for (float v : all) nan += std::isnan(v);
-      EXPECT_EQ(nan, 0u) << s.model << " M=" << m << ": outputs left unwritten";
+      const std::vector<float> got = checked_channels(all, m, s, kChecked);
       // e4m3 codes times bf16 inputs are exact in fp32 (and a code times its scale rounds once to
       // bf16 where the matrix is widened); the rest is summation order and the bf16 output.
       EXPECT_LT(rel_error(got, ref.values()), 4e-3) << s.model << " M=" << m;

@@ -13,6 +13,49 @@ namespace serve8 {
 using cuda_ops::check_activation;
 using cuda_ops::check_dtype;
 
+namespace {
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+// The checks both FP8 GEMMs share: e4m3 weights [N, K] with fp32 scales [N], x [M, K], out [M, N]
+// in the compute dtype, K a multiple of 16 (cuBLASLt's FP8 GEMMs take no other; every Llama-family
+// hidden and MLP size is one), an optional bf16 or fp32 bias [N].
+void check_fp8_gemm(const char* op, const Tensor& x, const char* x_name, const Tensor& wq, const Tensor& w_scale,
+                    const Tensor* bias, const Tensor& out) {
+  check_dtype(wq, DType::kFP8E4M3, op, "wq");
+  check_dtype(w_scale, DType::kF32, op, "w_scale");
+  check_activation(out, op, "out");
+  SERVE8_CHECK(x.ndim == 2 && wq.ndim == 2 && x.dim(1) == wq.dim(1), "{}: {} {} and wq {} must be [M, K] and [N, K]",
+               op, x_name, x.shape_str(), wq.shape_str());
+  const int64_t m = x.dim(0), n = wq.dim(0), k = x.dim(1);
+  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n && w_scale.numel() == n,
+               "{}: out {} and w_scale {} do not fit M={} N={}", op, out.shape_str(), w_scale.shape_str(), m, n);
+  SERVE8_CHECK(k % 16 == 0, "{}: K = {} is not a multiple of 16", op, k);
+  if (bias) {
+    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
+                 "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
+  }
+}
+
+// The skinny kernel's arguments for x [M, K] (e4m3 or bf16, said by the caller) and e4m3 wq.
+SkinnyGemmArgs skinny_args(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
+                           const Tensor& out) {
+  SkinnyGemmArgs g;
+  g.x = x.data;
+  g.w = wq.ptr<const uint8_t>();
+  g.w_scale = w_scale.ptr<const float>();
+  g.bias = bias ? bias->data : nullptr;
+  g.bias_f32 = bias && bias->dtype == DType::kF32;
+  g.out = out.data;
+  g.out_f32 = out.dtype == DType::kF32;
+  g.m = x.dim(0);
+  g.n = wq.dim(0);
+  g.k = x.dim(1);
+  return g;
+}
+
+}  // namespace
+
 void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
   on_device();
   const OpScope profile(profiler_, "quantize_fp8");
@@ -40,36 +83,13 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   const OpScope profile(profiler_, "gemm");
   constexpr const char* op = "gemm_fp8";
   check_dtype(xq, DType::kFP8E4M3, op, "xq");
-  check_dtype(wq, DType::kFP8E4M3, op, "wq");
   check_dtype(x_scale, DType::kF32, op, "x_scale");
-  check_dtype(w_scale, DType::kF32, op, "w_scale");
-  check_activation(out, op, "out");
-  SERVE8_CHECK(xq.ndim == 2 && wq.ndim == 2 && xq.dim(1) == wq.dim(1), "{}: xq {} and wq {} must be [M, K] and [N, K]",
-               op, xq.shape_str(), wq.shape_str());
-  const int64_t m = xq.dim(0), n = wq.dim(0), k = xq.dim(1);
-  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n && x_scale.numel() == m && w_scale.numel() == n,
-               "{}: out {}, x_scale {} and w_scale {} do not fit M={} N={}", op, out.shape_str(), x_scale.shape_str(),
-               w_scale.shape_str(), m, n);
-  // cuBLASLt's FP8 GEMMs take K in multiples of 16 (every Llama-family hidden and MLP size is).
-  SERVE8_CHECK(k % 16 == 0, "{}: K = {} is not a multiple of 16", op, k);
-  if (bias) {
-    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
-                 "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
-  }
-  const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-  if (aligned(xq.data) && aligned(wq.data)) {
-    SkinnyGemmArgs g;
-    g.x = xq.ptr<const uint8_t>();
-    g.w = wq.ptr<const uint8_t>();
+  check_fp8_gemm(op, xq, "xq", wq, w_scale, bias, out);
+  const int64_t m = xq.dim(0);
+  SERVE8_CHECK(x_scale.numel() == m, "{}: x_scale {} does not fit M={}", op, x_scale.shape_str(), m);
+  if (aligned16(xq.data) && aligned16(wq.data)) {
+    SkinnyGemmArgs g = skinny_args(xq, wq, w_scale, bias, out);
     g.x_scale = x_scale.ptr<const float>();
-    g.w_scale = w_scale.ptr<const float>();
-    g.bias = bias ? bias->data : nullptr;
-    g.bias_f32 = bias && bias->dtype == DType::kF32;
-    g.out = out.data;
-    g.out_f32 = out.dtype == DType::kF32;
-    g.m = m;
-    g.n = n;
-    g.k = k;
     if (skinny_fp8_->run(g, stream_)) return;
   }
   GemmArgs a = cuda_ops::gemm_args(xq, wq, bias, out, m);
@@ -84,33 +104,11 @@ void CudaBackend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tens
   const OpScope profile(profiler_, "gemm");
   constexpr const char* op = "gemm_fp8_weights";
   check_activation(x, op, "x");
-  check_dtype(wq, DType::kFP8E4M3, op, "wq");
-  check_dtype(w_scale, DType::kF32, op, "w_scale");
-  check_activation(out, op, "out");
-  SERVE8_CHECK(x.ndim == 2 && wq.ndim == 2 && x.dim(1) == wq.dim(1), "{}: x {} and wq {} must be [M, K] and [N, K]", op,
-               x.shape_str(), wq.shape_str());
+  check_fp8_gemm(op, x, "x", wq, w_scale, bias, out);
   const int64_t m = x.dim(0), n = wq.dim(0), k = x.dim(1);
-  SERVE8_CHECK(out.numel() == m * n && out.dim(-1) == n && w_scale.numel() == n,
-               "{}: out {} and w_scale {} do not fit M={} N={}", op, out.shape_str(), w_scale.shape_str(), m, n);
-  SERVE8_CHECK(k % 16 == 0, "{}: K = {} is not a multiple of 16", op, k);
-  if (bias) {
-    SERVE8_CHECK(bias->ndim == 1 && bias->dim(0) == n && (bias->dtype == DType::kBF16 || bias->dtype == DType::kF32),
-                 "{}: bias {} {} must be bf16 or fp32 [{}]", op, dtype_name(bias->dtype), bias->shape_str(), n);
-  }
-  const auto aligned = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
-  if (x.dtype == DType::kBF16 && aligned(x.data) && aligned(wq.data)) {
-    SkinnyGemmArgs g;
-    g.x = x.data;
+  if (x.dtype == DType::kBF16 && aligned16(x.data) && aligned16(wq.data)) {
+    SkinnyGemmArgs g = skinny_args(x, wq, w_scale, bias, out);
     g.x_bf16 = true;
-    g.w = wq.ptr<const uint8_t>();
-    g.w_scale = w_scale.ptr<const float>();
-    g.bias = bias ? bias->data : nullptr;
-    g.bias_f32 = bias && bias->dtype == DType::kF32;
-    g.out = out.data;
-    g.out_f32 = out.dtype == DType::kF32;
-    g.m = m;
-    g.n = n;
-    g.k = k;
     if (skinny_fp8_->run(g, stream_)) return;
   }
   // More rows than the skinny kernel takes: widen the matrix into the compute dtype (the product
