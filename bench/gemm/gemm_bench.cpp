@@ -194,13 +194,13 @@ int run(int argc, char** argv) {
 
   CublasLtGemm lt(s);
   SkinnyFp8Gemm skinny(props.multiProcessorCount);
+  const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   // Weight-only FP8 above 16 rows widens the matrix into a buffer sized here, as a model does.
-  StepLimits limits{static_cast<int>(*std::max_element(ms_list.begin(), ms_list.end())), 1, 1, 1, 64};
+  StepLimits limits{static_cast<int>(max_m), 1, 1, 1, 64};
   for (const Matrix& mat : kMatrices)
     limits.fp8_weight_only_elems = std::max(limits.fp8_weight_only_elems, mat.n * mat.k);
   be.reserve_steps(limits);
   Json rows = Json::array();
-  const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   for (const Matrix& mat : kMatrices) {
     const std::string label = std::string(mat.model) + " " + mat.name;
     if (!filter.empty() && label.find(filter) == std::string::npos) continue;

@@ -1,8 +1,8 @@
 // `serve8 convert fp8`: a checkpoint to an FP8 one (compressed-tensors: e4m3 weights with one scale
 // per output channel, inputs quantized per token at run time, or kept unquantized with
-// --activations none) that serve8, vLLM and SGLang load as it is. With --method gptq (the default) each matrix is
-// rounded GPTQ's way (model/gptq.h) from its inputs' second moments over calibration text, which loading with
-// --quantization fp8 (each weight rounded alone) cannot do.
+// --activations none) that serve8, vLLM and SGLang load as it is. With --method gptq (the default)
+// each matrix is rounded GPTQ's way (model/gptq.h) from its inputs' second moments over calibration
+// text, which loading with --quantization fp8 (each weight rounded alone) cannot do.
 #include <cblas.h>
 
 #include <filesystem>

@@ -52,15 +52,14 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   row_ids_ = make_buffer(backend, DType::kI32, max_seqs, 1);
   const bool fp8 =
       std::any_of(weights_.layers.begin(), weights_.layers.end(), [](const LayerWeights& l) { return l.any_fp8(); });
-  fp8_inputs_ = fp8 && !config_.fp8_checkpoint.weight_only;
-  fp8_weight_only_ = fp8 && !fp8_inputs_;
+  fp8_weight_only_ = fp8 && config_.fp8_checkpoint.weight_only;
   SERVE8_CHECK(!fp8_weight_only_ || backend.has_gemm_fp8_weights(),
                "model: this checkpoint's FP8 weights take unquantized inputs (compressed-tensors without "
                "input_activations), which the {} backend cannot multiply yet; use one whose inputs are quantized "
                "per token (serve8 convert fp8 --activations token, from the unquantized checkpoint) or load the "
                "unquantized checkpoint with --quantization fp8",
                backend.name());
-  if (fp8_inputs_) {
+  if (fp8 && !fp8_weight_only_) {
     const int64_t widest = std::max<int64_t>({h, shard_.q_size(config_.head_dim), shard_.intermediate_size});
     act_q_ = make_buffer(backend, DType::kFP8E4M3, max_tokens, widest);
     act_scale_ = make_buffer(backend, DType::kF32, max_tokens, 1);
@@ -189,7 +188,7 @@ Tensor LlamaModel::logits_of_rows_rank(std::span<const int32_t> rows) {
 }
 
 std::optional<Fp8Rows> LlamaModel::fp8_rows_for(const Tensor& w, int64_t t, int64_t k) {
-  if (w.dtype != DType::kFP8E4M3 || !fp8_inputs_) return std::nullopt;
+  if (w.dtype != DType::kFP8E4M3 || fp8_weight_only_) return std::nullopt;
   return Fp8Rows{act_q_.view(DType::kFP8E4M3, {t, k}), act_scale_.view(DType::kF32, {t})};
 }
 

@@ -123,7 +123,7 @@ class LlamaModel {
   Buffer logits_shard_;  // tensor parallel: this rank's vocabulary columns of the logits
   // FP8 weights: a GEMM's input quantized per token, and its scales (unless the checkpoint keeps
   // inputs unquantized: weight-only FP8).
-  bool fp8_inputs_ = false, fp8_weight_only_ = false;
+  bool fp8_weight_only_ = false;
   Buffer act_q_, act_scale_;
   Buffer row_ids_;            // logits_of_rows's rows, int32 [max_seqs]
   int last_step_tokens_ = 0;  // rows of normed_ the last forward_uploaded filled

@@ -60,7 +60,6 @@ Target fused(Tensor* dst, const std::vector<HfModule>& modules, const std::strin
     t.shape[0] += m.rows;
   }
   if (cols > 0) t.shape.push_back(cols);
-  if (modules.size() == 1) t.source_rows.clear();
   return t;
 }
 
