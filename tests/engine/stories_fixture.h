@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "engine/engine.h"
@@ -25,13 +26,20 @@ inline std::string shared_dir() {
   return e && *e ? std::string(e) : std::string(SERVE8_SHARED_DIR);
 }
 
+// The converted checkpoint lives for the test binary and is removed when it exits.
 inline std::string stories_dir() {
-  static const std::string dir = [] {
-    const auto d = std::filesystem::temp_directory_path() / ("serve8-stories-" + std::to_string(::getpid()));
-    convert_llama2c(shared_dir() + "/models/stories260K/stories260K.bin", d.string(), "");
-    return d.string();
-  }();
-  return dir;
+  struct Dir {
+    std::filesystem::path path;
+    Dir() : path(std::filesystem::temp_directory_path() / ("serve8-stories-" + std::to_string(::getpid()))) {
+      convert_llama2c(shared_dir() + "/models/stories260K/stories260K.bin", path.string(), "");
+    }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path.string();
 }
 
 struct GoldenCase {
