@@ -6,32 +6,41 @@
 namespace serve8::test {
 namespace {
 
-SkinnyGemmShape h200(size_t workspace = 32 << 20) {
+SkinnyGemmShape h200(size_t workspace = 32 << 20, int max_rows = kSkinnyMaxRows) {
   SkinnyGemmShape s;
   s.sms = 132;
   s.blocks_per_sm = 2;
   s.max_workspace_bytes = workspace;
+  s.max_rows = max_rows;
   return s;
 }
+
+SkinnyGemmShape h200_bf16() { return h200(32 << 20, kSkinnyMaxRowsBf16); }
 
 TEST(SkinnyGemmPlan, RefusesWhatTheKernelCannotTake) {
   EXPECT_EQ(plan_skinny_gemm(0, 4096, 4096, h200()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRows + 1, 4096, 4096, h200()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(1, 4096, 4104, h200()).token_tile, 0);  // K % 16
   EXPECT_EQ(plan_skinny_gemm(1, 0, 4096, h200()).token_tile, 0);
+  // bf16 tokens (weight-only FP8) go to 64 rows, and no further whatever the caller allows.
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16, 4096, 4096, h200_bf16()).token_tile, 64);
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16 + 1, 4096, 4096, h200_bf16()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200(32 << 20, 1000)).token_tile, 0);
+  EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1).token_tile, 0);
+  EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1, kSkinnyMaxRowsBf16).token_tile, 32);
 }
 
 TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRows) {
-  const std::pair<int64_t, int> cases[] = {{1, 8}, {8, 8}, {9, 16}, {16, 16}};
-  for (const auto& [m, tile] : cases) EXPECT_EQ(plan_skinny_gemm(m, 4096, 4096, h200()).token_tile, tile) << m;
+  const std::pair<int64_t, int> cases[] = {{1, 8}, {8, 8}, {9, 16}, {16, 16}, {17, 32}, {32, 32}, {33, 64}, {64, 64}};
+  for (const auto& [m, tile] : cases) EXPECT_EQ(plan_skinny_gemm(m, 4096, 4096, h200_bf16()).token_tile, tile) << m;
 }
 
 TEST(SkinnyGemmPlan, SplitsCoverKWithNoEmptySplit) {
   const int64_t shapes[][2] = {{6144, 4096},  {4096, 4096},  {28672, 4096}, {4096, 14336}, {15360, 5120}, {5120, 13824},
                                {8192, 28672}, {57344, 8192}, {960, 576},    {576, 1536},   {100, 48},     {64, 16}};
   for (const auto& s : shapes) {
-    for (const int64_t m : {1, 9, 16}) {
-      const SkinnyGemmPlan p = plan_skinny_gemm(m, s[0], s[1], h200());
+    for (const int64_t m : {1, 9, 16, 17, 64}) {
+      const SkinnyGemmPlan p = plan_skinny_gemm(m, s[0], s[1], h200_bf16());
       ASSERT_NE(p.token_tile, 0) << s[0] << "x" << s[1];
       EXPECT_EQ(p.tiles_n, (s[0] + kSkinnyTileN - 1) / kSkinnyTileN);
       EXPECT_EQ(p.kblocks, (s[1] + kSkinnyBlockK - 1) / kSkinnyBlockK);

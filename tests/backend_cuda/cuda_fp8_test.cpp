@@ -157,7 +157,8 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{64}}) {
+    // Each token tile of the skinny kernel (8, 16, 32, 64 rows), then the widened matrix.
+    for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{40}, int64_t{64}, int64_t{65}}) {
       HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * s.k), 2.0f));
       HostArray xf(DType::kF32, x.values()), ref(DType::kF32, static_cast<size_t>(m * kChecked));
       const Tensor w_host(const_cast<uint8_t*>(wq.bytes.data()), DType::kFP8E4M3, {s.n, s.k});
@@ -176,7 +177,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
     }
   }
   // With a bias, and the widened path refused by name where no matrix was reserved for it.
-  const int64_t n = 48, k = 64, m = 20;
+  const int64_t n = 48, k = 64, m = 72;
   HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * k))), xf(DType::kF32, x.values());
   HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
   HostArray ws(DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.002f));
@@ -184,7 +185,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
   auto dx = to_device(*gpu_, x), dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws), db = to_device(*gpu_, bias);
   Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
   const Tensor cb = bias32.view({n}), gb = db.view({n});
-  for (const int64_t rows : {int64_t{2}, m}) {
+  for (const int64_t rows : {int64_t{2}, int64_t{20}, m}) {
     HostArray ref(DType::kF32, static_cast<size_t>(rows * n));
     cpu_->gemm_fp8_weights(xf.view({m, k}).rows(0, rows), wq.view({n, k}), ws.view({n}), &cb, ref.view({rows, n}));
     gpu_->gemm_fp8_weights(dx.view({m, k}).rows(0, rows), dwq.view({n, k}), dws.view({n}), &gb,

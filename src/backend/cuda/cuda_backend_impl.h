@@ -126,7 +126,7 @@ class CudaBackend final : public Backend {
   int64_t kv_capacity_ = 0;    // KV entries (sum of kv_len) a step may have: the largest KV cache's table
   StagedBuffer staged_;        // the ForwardBatch's arrays, packed, as uploaded
   int32_t* arrays_ = nullptr;  // the fixed arrays the kernels read (layout in reserve_batch_arrays)
-  // Weight-only FP8: the largest matrix widened to the compute dtype for GEMMs of more than 16 rows.
+  // Weight-only FP8: the largest matrix widened to the compute dtype for GEMMs of more than 64 rows (prefill).
   void* widened_ = nullptr;
   int64_t widened_elems_ = 0;
   BatchUnpackParams fixed_;  // their addresses

@@ -28,7 +28,11 @@ constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
 constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
 // Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
 // (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
-constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
+// Where that leaves two stages (64 bf16 token rows) one block takes ~200 KB, for three in flight.
+constexpr int stages_for(int nt, bool bf16) {
+  const int two_blocks = 110 * 1024 / stage_bytes(nt, bf16);
+  return std::clamp(two_blocks >= 3 ? two_blocks : 200 * 1024 / stage_bytes(nt, bf16), 2, 8);
+}
 constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
 
 struct KernelParams {
@@ -86,6 +90,28 @@ __device__ __forceinline__ void wgmma_bf16<16>(float (&d)[8], const uint32_t (&a
       "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -297,11 +323,14 @@ int prepare() {
 }  // namespace
 
 SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
-  static_assert(kSkinnyTokenTileCount == 2, "prepare every token tile built");
+  static_assert(kSkinnyTokenTileCount == 4 && kSkinnyMaxRows == 16 && kSkinnyMaxRowsBf16 == 64,
+                "prepare every token tile built");
   blocks_per_sm_[0][0] = prepare<8, false>();
   blocks_per_sm_[0][1] = prepare<16, false>();
   blocks_per_sm_[1][0] = prepare<8, true>();
   blocks_per_sm_[1][1] = prepare<16, true>();
+  blocks_per_sm_[1][2] = prepare<32, true>();
+  blocks_per_sm_[1][3] = prepare<64, true>();
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
   SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxTiles * sizeof(unsigned)));
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxTiles * sizeof(unsigned)));
@@ -315,8 +344,11 @@ SkinnyFp8Gemm::~SkinnyFp8Gemm() {
 SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
-  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][m <= kSkinnyTokenTiles[0] ? 0 : 1];
+  int t = 0;
+  while (t + 1 < kSkinnyTokenTileCount && kSkinnyTokenTiles[t] < m) ++t;
+  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][t];
   shape.max_workspace_bytes = workspace_bytes_;
+  shape.max_rows = x_bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows;
   return plan_skinny_gemm(m, n, k, shape);
 }
 
@@ -325,7 +357,10 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || plan.workspace_bytes > workspace_bytes_) return false;
+  const bool bf16 = args.x_bf16;
+  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || plan.workspace_bytes > workspace_bytes_ ||
+      plan.token_tile > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
+    return false;
   KernelParams p;
   p.a = args;
   p.kblocks = plan.kblocks;
@@ -333,11 +368,11 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   p.splits = plan.splits;
   p.partials = partials_;
   p.counters = counters_;
-  const bool bf16 = args.x_bf16;
-  if (plan.token_tile == 8) {
-    bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream);
-  } else {
-    bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream);
+  switch (plan.token_tile) {
+    case 8: bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream); break;
+    case 16: bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream); break;
+    case 32: launch<32, true>(p, plan, stream); break;
+    default: launch<64, true>(p, plan, stream); break;
   }
   return true;
 }

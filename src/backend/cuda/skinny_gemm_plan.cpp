@@ -8,8 +8,9 @@ namespace {
 // A block's pipeline fill costs about two K blocks' streaming time.
 constexpr int64_t kFillBlocks = 2;
 
-bool takes(int64_t m, int64_t n, int64_t k) {
-  return m >= 1 && m <= kSkinnyMaxRows && n >= 1 && k >= 16 && k % 16 == 0;
+bool takes(int64_t m, int64_t n, int64_t k, int max_rows) {
+  const int widest = kSkinnyTokenTiles[kSkinnyTokenTileCount - 1];
+  return m >= 1 && m <= std::min(max_rows, widest) && n >= 1 && k >= 16 && k % 16 == 0;
 }
 
 SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
@@ -29,7 +30,7 @@ SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
 }  // namespace
 
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape) {
-  if (!takes(m, n, k) || shape.sms < 1) return {};
+  if (!takes(m, n, k, shape.max_rows) || shape.sms < 1) return {};
   const int64_t slots = int64_t{shape.sms} * std::max(1, shape.blocks_per_sm);
   // Cost in K blocks' time for the busiest slot: waves of blocks times each block's K blocks and
   // fill, plus one for reading the partials back.
@@ -48,8 +49,8 @@ SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGem
   return best;
 }
 
-SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits) {
-  if (!takes(m, n, k)) return {};
+SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits, int max_rows) {
+  if (!takes(m, n, k, max_rows)) return {};
   const int64_t kblocks = (k + kSkinnyBlockK - 1) / kSkinnyBlockK;
   const int64_t s = std::clamp<int64_t>(splits, 1, kblocks);
   return make_plan(m, n, k, (kblocks + s - 1) / s);

@@ -1,4 +1,4 @@
-// The skinny FP8 GEMM's host-side plan (out[M, N] = x[M, K] · w[N, K]^T for M <= 16 rows): the
+// The skinny FP8 GEMM's host-side plan (out[M, N] = x[M, K] · w[N, K]^T for a few rows): the
 // weight matrix is cut into tiles of 64 output channels and the K axis into splits, so that every
 // SM streams weights; the last block of a tile adds the splits' partial sums. Plain host code,
 // built without CUDA, so CPU tests check it; skinny_gemm.cu runs it.
@@ -11,23 +11,26 @@ namespace serve8 {
 
 constexpr int kSkinnyTileN = 64;    // output channels a block computes (the wgmma's M)
 constexpr int kSkinnyBlockK = 256;  // K bytes of each weight row per pipeline stage
-// The widest token tile (the wgmma's N). From 17 rows cuBLASLt's FP8 GEMM is as fast or faster
-// (bench_gemm, bench/README.md).
+// The most rows of e4m3 tokens: from 17 cuBLASLt's FP8 GEMM is as fast or faster (bench_gemm,
+// bench/README.md).
 constexpr int kSkinnyMaxRows = 16;
+// The most rows of bf16 tokens (weight-only FP8), where the alternative is widening the matrix.
+constexpr int kSkinnyMaxRowsBf16 = 64;
 
 // The token tiles built (wgmma N), smallest first; a launch takes the smallest that holds M.
-constexpr int kSkinnyTokenTiles[] = {8, 16};
-constexpr int kSkinnyTokenTileCount = 2;
+constexpr int kSkinnyTokenTiles[] = {8, 16, 32, 64};
+constexpr int kSkinnyTokenTileCount = 4;
 
 // What the plan knows of the device.
 struct SkinnyGemmShape {
   int sms = 0;
   int blocks_per_sm = 0;           // resident blocks of the variant
   size_t max_workspace_bytes = 0;  // for partial sums
+  int max_rows = kSkinnyMaxRows;   // kSkinnyMaxRowsBf16 for bf16 tokens
 };
 
 struct SkinnyGemmPlan {
-  int token_tile = 0;  // 8 or 16; 0: the shape is not for this kernel
+  int token_tile = 0;  // one of kSkinnyTokenTiles; 0: the shape is not for this kernel
   int tiles_n = 0;     // ceil(N / 64)
   int kblocks = 0;     // ceil(K / 256)
   int kblocks_per_split = 0;
@@ -36,10 +39,10 @@ struct SkinnyGemmPlan {
   int64_t blocks() const { return int64_t{tiles_n} * splits; }
 };
 
-// Refuses (token_tile 0) M outside 1..16 or K not a multiple of 16; splits K so that the busiest
-// SM streams the fewest K blocks, within the workspace.
+// Refuses (token_tile 0) M outside 1..shape.max_rows or K not a multiple of 16; splits K so that
+// the busiest SM streams the fewest K blocks, within the workspace.
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape);
 // The plan with about `splits` splits of K (clamped to 1..K blocks), for sweeps in bench_gemm.
-SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits);
+SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits, int max_rows = kSkinnyMaxRows);
 
 }  // namespace serve8
