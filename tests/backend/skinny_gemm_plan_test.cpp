@@ -23,16 +23,22 @@ TEST(SkinnyGemmPlan, RefusesWhatTheKernelCannotTake) {
   EXPECT_EQ(plan_skinny_gemm(1, 4096, 4104, h200()).token_tile, 0);  // K % 16
   EXPECT_EQ(plan_skinny_gemm(1, 0, 4096, h200()).token_tile, 0);
   // bf16 tokens (weight-only FP8) go to 64 rows, and no further whatever the caller allows.
-  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16, 4096, 4096, h200_bf16()).token_tile, 64);
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16, 4096, 4096, h200_bf16()).token_tile, 32);
   EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16 + 1, 4096, 4096, h200_bf16()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200(32 << 20, 1000)).token_tile, 0);
   EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1).token_tile, 0);
   EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1, kSkinnyMaxRowsBf16).token_tile, 32);
 }
 
-TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRows) {
-  const std::pair<int64_t, int> cases[] = {{1, 8}, {8, 8}, {9, 16}, {16, 16}, {17, 32}, {32, 32}, {33, 64}, {64, 64}};
-  for (const auto& [m, tile] : cases) EXPECT_EQ(plan_skinny_gemm(m, 4096, 4096, h200_bf16()).token_tile, tile) << m;
+TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRowsThenSeveral) {
+  const int64_t cases[][3] = {{1, 8, 1},   {8, 8, 1},   {9, 16, 1},  {16, 16, 1},
+                              {17, 32, 1}, {32, 32, 1}, {33, 32, 2}, {64, 32, 2}};
+  for (const auto& [m, tile, tiles] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(m, 4096, 4096, h200_bf16());
+    EXPECT_EQ(p.token_tile, tile) << m;
+    EXPECT_EQ(p.token_tiles, tiles) << m;
+    EXPECT_EQ(p.blocks(), int64_t{tiles} * p.tiles_n * p.splits) << m;
+  }
 }
 
 TEST(SkinnyGemmPlan, SplitsCoverKWithNoEmptySplit) {

@@ -19,7 +19,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
 constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
-constexpr int kMaxTiles = 1 << 16;
+constexpr int kMaxTiles = 65535;  // channel tiles: the grid's y
+constexpr int kMaxSlots = 2 * kMaxTiles;  // (channel tile, token tile) pairs with a counter
 
 // Token bytes per element: e4m3 or bf16.
 constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
@@ -28,11 +29,7 @@ constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
 constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
 // Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
 // (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
-// Where that leaves two stages (64 bf16 token rows) one block takes ~200 KB, for three in flight.
-constexpr int stages_for(int nt, bool bf16) {
-  const int two_blocks = 110 * 1024 / stage_bytes(nt, bf16);
-  return std::clamp(two_blocks >= 3 ? two_blocks : 200 * 1024 / stage_bytes(nt, bf16), 2, 8);
-}
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
 constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
 
 struct KernelParams {
@@ -102,18 +99,6 @@ __device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], const uint32_t (&
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
-template <>
-__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
 
 // Two e4m3 codes (the lower byte first in K) as two bf16 (the lower half first), exactly.
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
@@ -150,7 +135,7 @@ __device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, uint32_t s
 
 // Tokens: NT rows x 256 elements (e4m3: 16 chunks a row, bf16: 32), consecutive threads along a row.
 template <int NT, bool BF16>
-__device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t k0) {
+__device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t tok0, int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kBytes = token_bytes(BF16), kChunks = kSkinnyBlockK * kBytes / 16;
   const uint32_t base = stage + kAtoms * kSkinnyTileN * kAtomBytes;
@@ -160,8 +145,9 @@ __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t st
     const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
     if (i < NT * kChunks) {
       const int64_t col = k0 + c * (16 / kBytes);
-      const bool ok = r < a.m && col < a.k;
-      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? x + (r * a.k + col) * kBytes : x, ok);
+      const bool ok = tok0 + r < a.m && col < a.k;
+      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? x + ((tok0 + r) * a.k + col) * kBytes : x,
+                 ok);
     }
   }
 }
@@ -200,8 +186,10 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   // Swizzled operands need 1024-byte-aligned 8-row groups.
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const SkinnyGemmArgs& a = p.a;
-  const int tile = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y);
-  const int64_t row0 = int64_t{tile} * kSkinnyTileN;
+  // The token tiles of one channel tile are neighbours in the grid, so their weight reads meet in L2.
+  const int tt = static_cast<int>(blockIdx.x), tile = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
+  const int slot = tile * static_cast<int>(gridDim.x) + tt;  // its counter and partial sums
+  const int64_t row0 = int64_t{tile} * kSkinnyTileN, tok0 = int64_t{tt} * NT;
   const int kb0 = split * p.kblocks_per_split;
   const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
 
@@ -214,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
@@ -231,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     if (next < nkb) {
       const uint32_t st = smem + (next % kStages) * kStageBytes;
       load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
-      load_tokens<NT, BF16>(a, st, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_tokens<NT, BF16>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
@@ -260,25 +248,25 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     // Partials in the accumulators' own order (register i of thread t at [i][t]): the last
     // block of the tile reads back exactly the registers each split held, in split order.
     constexpr int kTileFloats = kRegs * kThreads;
-    float* mine = p.partials + (int64_t{tile} * p.splits + split) * kTileFloats;
+    float* mine = p.partials + (int64_t{slot} * p.splits + split) * kTileFloats;
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) __stcg(mine + i * kThreads + tid, d[i]);
     __threadfence();
     __syncthreads();
     __shared__ unsigned last;
-    if (tid == 0) last = atomicAdd(p.counters + tile, 1u) == static_cast<unsigned>(p.splits - 1);
+    if (tid == 0) last = atomicAdd(p.counters + slot, 1u) == static_cast<unsigned>(p.splits - 1);
     __syncthreads();
     if (!last) return;
     __threadfence();
     float sum[kRegs] = {};
     for (int s = 0; s < p.splits; ++s) {
-      const float* part = p.partials + (int64_t{tile} * p.splits + s) * kTileFloats;
+      const float* part = p.partials + (int64_t{slot} * p.splits + s) * kTileFloats;
 #pragma unroll
       for (int i = 0; i < kRegs; ++i) sum[i] += s == split ? d[i] : __ldcg(part + i * kThreads + tid);
     }
 #pragma unroll
     for (int i = 0; i < kRegs; ++i) d[i] = sum[i];
-    if (tid == 0) p.counters[tile] = 0;  // ready for the next launch
+    if (tid == 0) p.counters[slot] = 0;  // ready for the next launch
   }
 
   // Accumulator layout of m64nX: register 4j+e of lane l in warp w is channel
@@ -288,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   for (int i = 0; i < kRegs; ++i) {
     const int e = i & 3, j = i >> 2;
     const int64_t ch = row0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
-    const int64_t tok = 8 * j + 2 * (lane & 3) + (e & 1);
+    const int64_t tok = tok0 + 8 * j + 2 * (lane & 3) + (e & 1);
     if (ch >= a.n || tok >= a.m) continue;
     float b = 0.0f;
     if (a.bias)
@@ -306,7 +294,9 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
 template <int NT, bool BF16>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
-                   dim3(static_cast<unsigned>(plan.tiles_n), static_cast<unsigned>(plan.splits)), dim3(kThreads),
+                   dim3(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.tiles_n),
+                        static_cast<unsigned>(plan.splits)),
+                   dim3(kThreads),
                    smem_bytes(NT, BF16), stream, p);
 }
 
@@ -323,17 +313,15 @@ int prepare() {
 }  // namespace
 
 SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
-  static_assert(kSkinnyTokenTileCount == 4 && kSkinnyMaxRows == 16 && kSkinnyMaxRowsBf16 == 64,
-                "prepare every token tile built");
+  static_assert(kSkinnyTokenTileCount == 3 && kSkinnyMaxRows == 16, "prepare every token tile built");
   blocks_per_sm_[0][0] = prepare<8, false>();
   blocks_per_sm_[0][1] = prepare<16, false>();
   blocks_per_sm_[1][0] = prepare<8, true>();
   blocks_per_sm_[1][1] = prepare<16, true>();
   blocks_per_sm_[1][2] = prepare<32, true>();
-  blocks_per_sm_[1][3] = prepare<64, true>();
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
-  SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxTiles * sizeof(unsigned)));
-  SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxTiles * sizeof(unsigned)));
+  SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxSlots * sizeof(unsigned)));
+  SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxSlots * sizeof(unsigned)));
 }
 
 SkinnyFp8Gemm::~SkinnyFp8Gemm() {
@@ -358,8 +346,8 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16;
-  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || plan.workspace_bytes > workspace_bytes_ ||
-      plan.token_tile > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
+  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots ||
+      plan.workspace_bytes > workspace_bytes_ || int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
     return false;
   KernelParams p;
   p.a = args;
@@ -371,8 +359,7 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   switch (plan.token_tile) {
     case 8: bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream); break;
     case 16: bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream); break;
-    case 32: launch<32, true>(p, plan, stream); break;
-    default: launch<64, true>(p, plan, stream); break;
+    default: launch<32, true>(p, plan, stream); break;
   }
   return true;
 }

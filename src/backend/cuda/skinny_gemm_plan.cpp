@@ -9,15 +9,15 @@ namespace {
 constexpr int64_t kFillBlocks = 2;
 
 bool takes(int64_t m, int64_t n, int64_t k, int max_rows) {
-  const int widest = kSkinnyTokenTiles[kSkinnyTokenTileCount - 1];
-  return m >= 1 && m <= std::min(max_rows, widest) && n >= 1 && k >= 16 && k % 16 == 0;
+  return m >= 1 && m <= std::min(max_rows, kSkinnyMaxRowsBf16) && n >= 1 && k >= 16 && k % 16 == 0;
 }
 
 SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
   SkinnyGemmPlan p;
   int t = 0;
-  while (kSkinnyTokenTiles[t] < m) ++t;
+  while (t + 1 < kSkinnyTokenTileCount && kSkinnyTokenTiles[t] < m) ++t;
   p.token_tile = kSkinnyTokenTiles[t];
+  p.token_tiles = static_cast<int>((m + p.token_tile - 1) / p.token_tile);
   p.tiles_n = static_cast<int>((n + kSkinnyTileN - 1) / kSkinnyTileN);
   p.kblocks = static_cast<int>((k + kSkinnyBlockK - 1) / kSkinnyBlockK);
   p.kblocks_per_split = static_cast<int>(std::clamp<int64_t>(per_split, 1, p.kblocks));

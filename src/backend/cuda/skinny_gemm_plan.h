@@ -17,9 +17,10 @@ constexpr int kSkinnyMaxRows = 16;
 // The most rows of bf16 tokens (weight-only FP8), where the alternative is widening the matrix.
 constexpr int kSkinnyMaxRowsBf16 = 64;
 
-// The token tiles built (wgmma N), smallest first; a launch takes the smallest that holds M.
-constexpr int kSkinnyTokenTiles[] = {8, 16, 32, 64};
-constexpr int kSkinnyTokenTileCount = 4;
+// The token tiles built (wgmma N), smallest first; a launch takes the smallest that holds M, or
+// several of the widest (bf16 tokens past 32 rows: a 64-wide tile streamed at half their speed).
+constexpr int kSkinnyTokenTiles[] = {8, 16, 32};
+constexpr int kSkinnyTokenTileCount = 3;
 
 // What the plan knows of the device.
 struct SkinnyGemmShape {
@@ -30,13 +31,14 @@ struct SkinnyGemmShape {
 };
 
 struct SkinnyGemmPlan {
-  int token_tile = 0;  // one of kSkinnyTokenTiles; 0: the shape is not for this kernel
+  int token_tile = 0;   // one of kSkinnyTokenTiles; 0: the shape is not for this kernel
+  int token_tiles = 0;  // ceil(M / token_tile)
   int tiles_n = 0;     // ceil(N / 64)
   int kblocks = 0;     // ceil(K / 256)
   int kblocks_per_split = 0;
-  int splits = 0;              // blocks per tile along K; the grid is tiles_n x splits
+  int splits = 0;              // blocks per tile along K; the grid is token_tiles x tiles_n x splits
   size_t workspace_bytes = 0;  // fp32 partial sums when splits > 1
-  int64_t blocks() const { return int64_t{tiles_n} * splits; }
+  int64_t blocks() const { return int64_t{token_tiles} * tiles_n * splits; }
 };
 
 // Refuses (token_tile 0) M outside 1..shape.max_rows or K not a multiple of 16; splits K so that
