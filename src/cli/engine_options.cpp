@@ -77,8 +77,8 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "run every step op by op");
   app.add_option("--tp-size,--tp", a.tp_size,
-                 "tensor parallelism: shard the model over this many ranks, one thread each (cpu; at most the "
-                 "model's KV heads)")
+                 "tensor parallelism: shard the model over this many ranks, one thread each (cpu; cuda: one GPU "
+                 "each over NCCL; at most the model's KV heads)")
       ->check(CLI::PositiveNumber);
   app.add_option("--nnodes", a.nnodes,
                  "processes (machines) the --tp-size ranks are spread over, --tp-size / --nnodes each (cpu, Gloo)")

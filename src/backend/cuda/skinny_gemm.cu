@@ -19,7 +19,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
 constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
-constexpr int kMaxTiles = 65535;  // channel tiles: the grid's y
+constexpr int kMaxTiles = 65535;          // channel tiles: the grid's y
 constexpr int kMaxSlots = 2 * kMaxTiles;  // (channel tile, token tile) pairs with a counter
 
 // Token bytes per element: e4m3 or bf16.
@@ -95,8 +95,8 @@ __device__ __forceinline__ void wgmma_bf16<32>(float (&d)[16], const uint32_t (&
   asm volatile(
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
@@ -146,8 +146,8 @@ __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t st
     if (i < NT * kChunks) {
       const int64_t col = k0 + c * (16 / kBytes);
       const bool ok = tok0 + r < a.m && col < a.k;
-      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7), ok ? x + ((tok0 + r) * a.k + col) * kBytes : x,
-                 ok);
+      cp_async16(base + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7),
+                 ok ? x + ((tok0 + r) * a.k + col) * kBytes : x, ok);
     }
   }
 }
@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const SkinnyGemmArgs& a = p.a;
   // The token tiles of one channel tile are neighbours in the grid, so their weight reads meet in L2.
-  const int tt = static_cast<int>(blockIdx.x), tile = static_cast<int>(blockIdx.y), split = static_cast<int>(blockIdx.z);
+  const int tt = static_cast<int>(blockIdx.x), tile = static_cast<int>(blockIdx.y),
+            split = static_cast<int>(blockIdx.z);
   const int slot = tile * static_cast<int>(gridDim.x) + tt;  // its counter and partial sums
   const int64_t row0 = int64_t{tile} * kSkinnyTileN, tok0 = int64_t{tt} * NT;
   const int kb0 = split * p.kblocks_per_split;
@@ -296,8 +297,7 @@ void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stre
   launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
                    dim3(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.tiles_n),
                         static_cast<unsigned>(plan.splits)),
-                   dim3(kThreads),
-                   smem_bytes(NT, BF16), stream, p);
+                   dim3(kThreads), smem_bytes(NT, BF16), stream, p);
 }
 
 template <int NT, bool BF16>
@@ -346,8 +346,9 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16;
-  if (plan.token_tile == 0 || plan.tiles_n > kMaxTiles || int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots ||
-      plan.workspace_bytes > workspace_bytes_ || int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
+  if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
+      int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||
+      int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
     return false;
   KernelParams p;
   p.a = args;
@@ -357,9 +358,15 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   p.partials = partials_;
   p.counters = counters_;
   switch (plan.token_tile) {
-    case 8: bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream); break;
-    case 16: bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream); break;
-    default: launch<32, true>(p, plan, stream); break;
+    case 8:
+      bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream);
+      break;
+    case 16:
+      bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream);
+      break;
+    default:
+      launch<32, true>(p, plan, stream);
+      break;
   }
   return true;
 }

@@ -33,8 +33,8 @@ struct SkinnyGemmShape {
 struct SkinnyGemmPlan {
   int token_tile = 0;   // one of kSkinnyTokenTiles; 0: the shape is not for this kernel
   int token_tiles = 0;  // ceil(M / token_tile)
-  int tiles_n = 0;     // ceil(N / 64)
-  int kblocks = 0;     // ceil(K / 256)
+  int tiles_n = 0;      // ceil(N / 64)
+  int kblocks = 0;      // ceil(K / 256)
   int kblocks_per_split = 0;
   int splits = 0;              // blocks per tile along K; the grid is token_tiles x tiles_n x splits
   size_t workspace_bytes = 0;  // fp32 partial sums when splits > 1
