@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   // Swizzled operands need 1024-byte-aligned 8-row groups.
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const SkinnyGemmArgs& a = p.a;
-  // The token tiles of one channel tile are neighbours in the grid, so their weight reads meet in L2.
+  // The token tiles of one channel tile are neighbours in the grid: they read its weights together.
   const int tt = static_cast<int>(blockIdx.x), tile = static_cast<int>(blockIdx.y),
             split = static_cast<int>(blockIdx.z);
   const int slot = tile * static_cast<int>(gridDim.x) + tt;  // its counter and partial sums

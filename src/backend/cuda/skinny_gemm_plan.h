@@ -18,7 +18,7 @@ constexpr int kSkinnyMaxRows = 16;
 constexpr int kSkinnyMaxRowsBf16 = 64;
 
 // The token tiles built (wgmma N), smallest first; a launch takes the smallest that holds M, or
-// several of the widest (bf16 tokens past 32 rows: a 64-wide tile streamed at half their speed).
+// several of the widest (bf16 tokens past 32 rows; a 64-wide tile was slower, bench/README.md).
 constexpr int kSkinnyTokenTiles[] = {8, 16, 32};
 constexpr int kSkinnyTokenTileCount = 3;
 
