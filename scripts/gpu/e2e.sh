@@ -96,12 +96,24 @@ qa = "".join(f"{p['question']}\n{p['answer']}\n\n" for p in map(json.loads, open
 open(f"{sys.argv[2]}/calib_fp8w.txt", "w").write(open(f"{sys.argv[2]}/calib.txt").read() + "\n" + qa[:300000])
 PY
     local fp8w=("--model-path $g --quantization fp8")
-    for inputs in token none; do
-      OMP_NUM_THREADS=16 "$B" convert fp8 --model-path "$g" --calibration "$w/calib_fp8w.txt" --calibration-tokens 65536 \
-        --context 512 --activations "$inputs" --output "$w/gptq_$inputs" >>"$OUT/log.txt" 2>&1 &&
-        fp8w+=("--model-path $w/gptq_$inputs --tokenizer-path $g --reference-model-path $g") ||
-        echo "gguf: convert fp8 --activations $inputs failed (see log.txt)"
-    done
+    # One conversion: --activations only names the scheme in config.json, so the weight-only
+    # checkpoint is the same tensors under a config without input_activations.
+    if OMP_NUM_THREADS=16 "$B" convert fp8 --model-path "$g" --calibration "$w/calib_fp8w.txt" --calibration-tokens 65536 \
+      --context 512 --activations token --output "$w/gptq_token" >>"$OUT/log.txt" 2>&1; then
+      mkdir -p "$w/gptq_none" && ln -sf "$w"/gptq_token/*.safetensors "$w/gptq_none/"
+      python3 - "$w/gptq_token/config.json" "$w/gptq_none/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for group in c["quantization_config"]["config_groups"].values():
+    group["input_activations"] = None
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PY
+      for inputs in token none; do
+        fp8w+=("--model-path $w/gptq_$inputs --tokenizer-path $g --reference-model-path $g")
+      done
+    else
+      echo "gguf: convert fp8 failed (see log.txt)"
+    fi
     for args in "${fp8w[@]}"; do
       # shellcheck disable=SC2086  # args holds the flags of one row
       "$B" eval kld --device cuda --text "$w/eval.txt" --context 512 --kv-cache-dtype bf16 \

@@ -209,6 +209,11 @@ def test_convert_gptq_lands_nearer_the_dense_model(models, tmp_path):
     err_rtn, err_gptq = np.linalg.norm(rtn - dense), np.linalg.norm(gptq - dense)
     print(f"logits against fp32: rounding to nearest {err_rtn:.4f}, GPTQ {err_gptq:.4f}")
     assert err_gptq < 0.9 * err_rtn
+    # --activations names the scheme in config.json and nothing else: the accuracy scripts score
+    # both schemes on one conversion's tensors.
+    none = convert(models["dense"], tmp_path / "gptq_none", "--calibration-ids", str(ids), "--context", "64",
+                   "--activations", "none")
+    assert (none / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
 
 def test_convert_writes_weight_only_checkpoints_and_the_sources_dtype(models, tmp_path):
