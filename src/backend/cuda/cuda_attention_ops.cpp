@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace serve8 {
 namespace {
@@ -120,8 +121,11 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
     SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (widened_) SERVE8_CUDA_CHECK(cudaFree(widened_));
     widened_ = nullptr;
-    SERVE8_CUDA_CHECK(cudaMalloc(&widened_, static_cast<size_t>(limits.fp8_weight_only_elems) * dtype_size(compute_)));
+    const size_t bytes = static_cast<size_t>(limits.fp8_weight_only_elems) * dtype_size(compute_);
+    SERVE8_CUDA_CHECK(cudaMalloc(&widened_, bytes));
     widened_elems_ = limits.fp8_weight_only_elems;
+    spdlog::info("weight-only FP8: {:.2f} GiB for the largest matrix widened, for GEMMs of more than {} rows",
+                 static_cast<double>(bytes) / (1 << 30), kSkinnyMaxRowsBf16);
   }
 }
 
