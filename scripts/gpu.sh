@@ -17,6 +17,11 @@
 #   scripts/gpu.sh seed [N]            the serving experiment (scripts/gpu/seed.sh: SEED_* variables)
 #   scripts/gpu.sh pack-gguf           here: the SmolLM2 GGUF for `e2e gguf`, in parts (see below)
 #   scripts/gpu.sh stash-gguf          there: keep the GGUF parts sent along for a later command
+#   scripts/gpu.sh pack-base COMMIT    here, after pack: serve8 of COMMIT built alike, .gpu/base/
+#   scripts/gpu.sh ab SERVE8 ARGS...   there: `serve8 SERVE8 ARGS` of the base and of the pack,
+#                                      alternated SERVE8_AB_ROUNDS times (default 2) from the
+#                                      unpacked folder (so `--model-path shared/configs/...`);
+#                                      the JSON records of both and the median step of each
 #
 # On the GPU machine, in a copy of this checkout with .gpu/ in it: `bash scripts/gpu.sh test`.
 # Verbs chain in one command (`bash scripts/gpu.sh test && bash scripts/gpu.sh e2e golden http`);
@@ -49,16 +54,22 @@ tree_bytes() {
     awk '{s += $1} END {print s + 0}'
 }
 
+# Configures SRC's CUDA build in BUILD as the pack's.
+configure_cuda() {
+  local src="$1" build="$2"
+  local args=(-S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVE8_WERROR=ON -DSERVE8_CUDA=ON)
+  # CMake before 3.26 knows no CUDA C++20 flag for nvcc.
+  if [[ "$(printf '%s\n' "$(cmake --version | head -1 | awk '{print $3}')" 3.26 | sort -V | head -1)" != 3.26 ]]; then
+    args+=(-DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$src/src/backend/cuda/cuda20_rules.cmake")
+  fi
+  export CCACHE_BASEDIR="$src" CCACHE_NOHASHDIR=true
+  cmake "${args[@]}" >/dev/null
+}
+
 pack() {
   local build="${SERVE8_GPU_BUILD:-$root/build}" shared="${SERVE8_SHARED_DIR:-$root/../shared}"
   if [[ "${SERVE8_GPU_NOBUILD:-0}" != 1 ]]; then
-    local args=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVE8_WERROR=ON -DSERVE8_CUDA=ON)
-    # CMake before 3.26 knows no CUDA C++20 flag for nvcc.
-    if [[ "$(printf '%s\n' "$(cmake --version | head -1 | awk '{print $3}')" 3.26 | sort -V | head -1)" != 3.26 ]]; then
-      args+=(-DCMAKE_USER_MAKE_RULES_OVERRIDE_CUDA="$root/src/backend/cuda/cuda20_rules.cmake")
-    fi
-    export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=true
-    cmake "${args[@]}" >/dev/null
+    configure_cuda "$root" "$build"
     ninja -C "$build" -j"${SERVE8_JOBS:-2}" "${bins[@]}" "${tests[@]}" "${tools[@]}"
   fi
   pack_tmp="$(mktemp -d)"
@@ -177,6 +188,67 @@ stash_gguf() {
   ls -l /tmp/serve8-gguf
 }
 
+# Here, after pack: serve8 at COMMIT (a worktree in .gpu-base-src, built in build-base), stripped
+# and compressed beside the pack, for `ab`. It runs with the pack's libraries.
+pack_base() {
+  local commit="${1:?usage: scripts/gpu.sh pack-base COMMIT}" wt="$root/.gpu-base-src" build="$root/build-base"
+  [[ -f "$root/.gpu/pack.tar.xz" ]] || { echo "gpu.sh pack-base: run 'scripts/gpu.sh pack' first (it empties .gpu)" >&2; return 1; }
+  commit="$(git -C "$root" rev-parse --verify "$commit^{commit}")"
+  [[ -e "$wt/.git" ]] || git -C "$root" worktree add --detach "$wt" "$commit" >/dev/null
+  git -C "$wt" checkout -q --detach "$commit"
+  [[ -e "$wt/.deps" || ! -d "$root/.deps" ]] || ln -s "$root/.deps" "$wt/.deps"  # the xgrammar sdist
+  configure_cuda "$wt" "$build"
+  ninja -C "$build" -j"${SERVE8_JOBS:-2}" serve8
+  mkdir -p "$root/.gpu/base"
+  strip --strip-debug -o "$root/.gpu/base/serve8" "$build/src/cli/serve8"
+  xz -f -T2 -6 "$root/.gpu/base/serve8"
+  git -C "$wt" rev-parse HEAD >"$root/.gpu/base/GIT_HASH"
+  local size tree
+  size=$(du -cb "$root/.gpu" | tail -1 | cut -f1)
+  tree=$(tree_bytes)
+  echo "gpu.sh pack-base: .gpu/base from ${commit:0:7}; .gpu and the working tree $(((size + tree) >> 20)) of 64 MiB"
+  ((size + tree < limit)) || { echo "gpu.sh pack-base: over the 64 MiB a GPU job takes" >&2; return 1; }
+}
+
+# There: the same serve8 command with the base's binary and the pack's, alternated; each appends to
+# its own --result-filename, and the medians of the decode step come out per batch size.
+ab() {
+  gpu_unpack
+  local logs="${OUT:-/tmp/serve8-gpu-out}" base="$root/.gpu/base/serve8.xz" r which bin
+  [[ -f "$base" ]] || { echo "gpu.sh ab: no .gpu/base (scripts/gpu.sh pack-base COMMIT, here)" >&2; return 1; }
+  (($# > 0)) || { echo "usage: scripts/gpu.sh ab SERVE8_COMMAND ARGS..." >&2; return 2; }
+  mkdir -p "$logs" && rm -f "$logs"/ab_base.* "$logs"/ab_head.*
+  xz -dc "$base" >"$GPU_STAGE/bin/serve8-base" && chmod +x "$GPU_STAGE/bin/serve8-base"
+  gpu_describe | tee "$logs/gpu.txt"
+  for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
+    for which in base head; do
+      bin="$GPU_STAGE/bin/serve8"
+      [[ $which == base ]] && bin="$GPU_STAGE/bin/serve8-base"
+      (cd "$GPU_STAGE" && with_pack_libs "$bin" "$@" --result-filename "$logs/ab_$which.jsonl") \
+        >>"$logs/ab_$which.log" 2>&1 || echo "gpu.sh ab: the $which binary failed in round $r (ab_$which.log)"
+    done
+  done
+  python3 - "$logs/ab_base.jsonl" "$logs/ab_head.jsonl" <<'PY'
+import json, statistics, sys
+runs = {}
+for side, path in zip(("base", "head"), sys.argv[1:]):
+    try:
+        for line in open(path):
+            j = json.loads(line)
+            key = (j.get("weight_dtype"), j.get("kv_cache_dtype"), j["batch_size"])
+            runs.setdefault(key, {}).setdefault(side, []).append((j["git_hash"], j["median_decode_latency_s"] * 1e3))
+    except FileNotFoundError:
+        pass
+print("weights, KV, batch: base commit steps (ms) | head commit steps (ms) | change of the medians")
+for key, sides in sorted(runs.items(), key=str):
+    cells = [f"{v[0][0]} " + ", ".join(f"{s:.3f}" for _, s in v) if v else "-" for v in (sides.get("base"), sides.get("head"))]
+    if "base" in sides and "head" in sides:
+        b, h = (statistics.median(s for _, s in sides[k]) for k in ("base", "head"))
+        cells.append(f"{(h / b - 1) * 100:+.1f}%")
+    print(", ".join(map(str, key)) + ": " + " | ".join(cells))
+PY
+}
+
 test_gpu() {
   gpu_unpack
   local logs="${OUT:-/tmp/serve8-gpu-out}" st="$GPU_STAGE"
@@ -247,13 +319,15 @@ case "$verb" in
   pack) pack ;;
   pack-gguf) pack_gguf ;;
   stash-gguf) stash_gguf ;;
+  pack-base) pack_base "$@" ;;
+  ab) ab "$@" ;;
   test) test_gpu "$@" ;;
   bench) bench "$@" ;;
   gemm) gemm "$@" ;;
   e2e) exec bash "$root/scripts/gpu/e2e.sh" "$@" ;;
   peer) exec bash "$root/scripts/gpu/peer.sh" "$@" ;;
   seed) exec bash "$root/scripts/gpu/seed.sh" "$@" ;;
-  *) echo "usage: scripts/gpu.sh pack | pack-gguf | test [gtest args] | e2e [STEP...] | bench [bench_attention args] | gemm [args]" \
-       "| peer [STEP...] | seed [N] | stash-gguf" >&2
+  *) echo "usage: scripts/gpu.sh pack | pack-gguf | pack-base COMMIT | test [gtest args] | e2e [STEP...]" \
+       "| bench [bench_attention args] | gemm [args] | ab SERVE8_COMMAND [args] | peer [STEP...] | seed [N] | stash-gguf" >&2
      exit 2 ;;
 esac
