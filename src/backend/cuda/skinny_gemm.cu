@@ -19,8 +19,9 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
 constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
-constexpr int kMaxTiles = 65535;          // channel tiles: the grid's y
-constexpr int kMaxSlots = 2 * kMaxTiles;  // (channel tile, token tile) pairs with a counter
+constexpr int kMaxTiles = 65535;  // channel tiles: the grid's y
+// (channel tile, token tile) pairs, each with a counter: at most 64 bf16 rows in 32-row tiles.
+constexpr int kMaxSlots = kSkinnyMaxRowsBf16 / kSkinnyTokenTiles[kSkinnyTokenTileCount - 1] * kMaxTiles;
 
 // Token bytes per element: e4m3 or bf16.
 constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
@@ -332,9 +333,7 @@ SkinnyFp8Gemm::~SkinnyFp8Gemm() {
 SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
-  int t = 0;
-  while (t + 1 < kSkinnyTokenTileCount && kSkinnyTokenTiles[t] < m) ++t;
-  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][t];
+  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
   shape.max_workspace_bytes = workspace_bytes_;
   shape.max_rows = x_bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows;
   return plan_skinny_gemm(m, n, k, shape);

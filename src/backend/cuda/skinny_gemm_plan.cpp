@@ -14,9 +14,7 @@ bool takes(int64_t m, int64_t n, int64_t k, int max_rows) {
 
 SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
   SkinnyGemmPlan p;
-  int t = 0;
-  while (t + 1 < kSkinnyTokenTileCount && kSkinnyTokenTiles[t] < m) ++t;
-  p.token_tile = kSkinnyTokenTiles[t];
+  p.token_tile = kSkinnyTokenTiles[skinny_token_tile_index(m)];
   p.token_tiles = static_cast<int>((m + p.token_tile - 1) / p.token_tile);
   p.tiles_n = static_cast<int>((n + kSkinnyTileN - 1) / kSkinnyTileN);
   p.kblocks = static_cast<int>((k + kSkinnyBlockK - 1) / kSkinnyBlockK);

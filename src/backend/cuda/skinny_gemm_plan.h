@@ -22,6 +22,13 @@ constexpr int kSkinnyMaxRowsBf16 = 64;
 constexpr int kSkinnyTokenTiles[] = {8, 16, 32};
 constexpr int kSkinnyTokenTileCount = 3;
 
+// The index in kSkinnyTokenTiles of the tile a launch of m rows takes.
+constexpr int skinny_token_tile_index(int64_t m) {
+  int t = 0;
+  while (t + 1 < kSkinnyTokenTileCount && kSkinnyTokenTiles[t] < m) ++t;
+  return t;
+}
+
 // What the plan knows of the device.
 struct SkinnyGemmShape {
   int sms = 0;
