@@ -17,11 +17,16 @@
 #   scripts/gpu.sh seed [N]            the serving experiment (scripts/gpu/seed.sh: SEED_* variables)
 #   scripts/gpu.sh pack-gguf           here: the SmolLM2 GGUF for `e2e gguf`, in parts (see below)
 #   scripts/gpu.sh stash-gguf          there: keep the GGUF parts sent along for a later command
-#   scripts/gpu.sh pack-base COMMIT    here, after pack: serve8 of COMMIT built alike, .gpu/base/
+#   scripts/gpu.sh pack-base COMMIT [TARGET...]
+#                                      here, after pack: serve8 (or the TARGETs) of COMMIT built
+#                                      alike, .gpu/base/TARGET.xz, for `ab` and `ab-attention`
 #   scripts/gpu.sh ab SERVE8 ARGS...   there: `serve8 SERVE8 ARGS` of the base and of the pack,
 #                                      alternated SERVE8_AB_ROUNDS times (default 2) from the
 #                                      unpacked folder (so `--model-path shared/configs/...`);
 #                                      the JSON records of both and the median step of each
+#   scripts/gpu.sh ab-attention ARGS   there: bench_attention ARGS of the base (pack-base COMMIT
+#                                      bench_attention) and of the pack, alternated likewise; the
+#                                      records of both and each row's time, base against pack
 #
 # On the GPU machine, in a copy of this checkout with .gpu/ in it: `bash scripts/gpu.sh test`.
 # Verbs chain in one command (`bash scripts/gpu.sh test && bash scripts/gpu.sh e2e golden http`);
@@ -191,17 +196,23 @@ stash_gguf() {
 # Here, after pack: serve8 at COMMIT (a worktree in .gpu-base-src, built in build-base), stripped
 # and compressed beside the pack, for `ab`. It runs with the pack's libraries.
 pack_base() {
-  local commit="${1:?usage: scripts/gpu.sh pack-base COMMIT}" wt="$root/.gpu-base-src" build="$root/build-base"
+  local commit="${1:?usage: scripts/gpu.sh pack-base COMMIT [TARGET...]}" wt="$root/.gpu-base-src" build="$root/build-base"
+  shift
+  local targets=("${@:-serve8}") t f
   [[ -f "$root/.gpu/pack.tar.xz" ]] || { echo "gpu.sh pack-base: run 'scripts/gpu.sh pack' first (it empties .gpu)" >&2; return 1; }
   commit="$(git -C "$root" rev-parse --verify "$commit^{commit}")"
   [[ -e "$wt/.git" ]] || git -C "$root" worktree add --detach "$wt" "$commit" >/dev/null
   git -C "$wt" checkout -q --detach "$commit"
   [[ -e "$wt/.deps" || ! -d "$root/.deps" ]] || ln -s "$root/.deps" "$wt/.deps"  # the xgrammar sdist
   configure_cuda "$wt" "$build"
-  ninja -C "$build" -j"${SERVE8_JOBS:-2}" serve8
-  mkdir -p "$root/.gpu/base"
-  strip --strip-debug -o "$root/.gpu/base/serve8" "$build/src/cli/serve8"
-  xz -f -T2 -6 "$root/.gpu/base/serve8"
+  ninja -C "$build" -j"${SERVE8_JOBS:-2}" "${targets[@]}"
+  rm -rf "$root/.gpu/base" && mkdir -p "$root/.gpu/base"
+  for t in "${targets[@]}"; do
+    f="$(find "$build" -type f -name "$t" -perm -u+x | head -1)"
+    [[ -n "$f" ]] || { echo "gpu.sh pack-base: no executable $t in $build" >&2; return 1; }
+    strip --strip-debug -o "$root/.gpu/base/$t" "$f"
+    xz -f -T2 -6 "$root/.gpu/base/$t"
+  done
   git -C "$wt" rev-parse HEAD >"$root/.gpu/base/GIT_HASH"
   local size tree
   size=$(du -cb "$root/.gpu" | tail -1 | cut -f1)
@@ -218,7 +229,7 @@ ab() {
   [[ -f "$base" ]] || { echo "gpu.sh ab: no .gpu/base (scripts/gpu.sh pack-base COMMIT, here)" >&2; return 1; }
   (($# > 0)) || { echo "usage: scripts/gpu.sh ab SERVE8_COMMAND ARGS..." >&2; return 2; }
   mkdir -p "$logs" && rm -f "$logs"/ab_base.* "$logs"/ab_head.*
-  xz -dc "$base" >"$GPU_STAGE/bin/serve8-base" && chmod +x "$GPU_STAGE/bin/serve8-base"
+  base_bin serve8
   gpu_describe | tee "$logs/gpu.txt"
   for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
     for which in base head; do
@@ -246,6 +257,44 @@ for key, sides in sorted(runs.items(), key=str):
         b, h = (statistics.median(s for _, s in sides[k]) for k in ("base", "head"))
         cells.append(f"{(h / b - 1) * 100:+.1f}%")
     print(", ".join(map(str, key)) + ": " + " | ".join(cells))
+PY
+}
+
+# There: the base's TARGET unpacked beside the pack's binaries, as TARGET-base.
+base_bin() {
+  [[ -f "$root/.gpu/base/$1.xz" ]] || { echo "gpu.sh: no .gpu/base/$1.xz (scripts/gpu.sh pack-base COMMIT $1, here)" >&2; return 1; }
+  xz -dc "$root/.gpu/base/$1.xz" >"$GPU_STAGE/bin/$1-base" && chmod +x "$GPU_STAGE/bin/$1-base"
+}
+
+ab_attention() {
+  gpu_unpack
+  local logs="${OUT:-/tmp/serve8-gpu-out}" r which bin
+  mkdir -p "$logs" && rm -f "$logs"/attention_ab_*
+  base_bin bench_attention
+  gpu_describe | tee "$logs/gpu.txt"
+  for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
+    for which in base head; do
+      bin="$GPU_STAGE/bin/bench_attention"
+      [[ $which == base ]] && bin+=-base
+      with_pack_libs timeout "${SERVE8_GPU_BENCH_TIMEOUT:-300}" "$bin" --out "$logs/attention_ab_${which}_$r.json" "$@" \
+        >>"$logs/attention_ab_$which.log" 2>&1 || echo "gpu.sh ab-attention: the $which binary failed in round $r"
+    done
+  done
+  python3 - "$logs" <<'PY'
+import glob, json, statistics, sys
+rows = {}
+for path in sorted(glob.glob(sys.argv[1] + "/attention_ab_*_*.json")):
+    side = path.rsplit("/", 1)[1].split("_")[2]
+    d = json.load(open(path))
+    for r in next(v for v in d.values() if isinstance(v, list)):
+        if "ms" not in r:
+            continue  # skipped
+        key = tuple(r.get(k) for k in ("kind", "q_len", "batch", "ctx", "heads", "head_dim", "kv_dtype"))
+        rows.setdefault(key, {}).setdefault(side, []).append(r["ms"] * 1e3)
+print("kind, q_len, batch, ctx, heads, head_dim, KV: base us | head us | change of the medians")
+for key, sides in rows.items():
+    b, h = (statistics.median(sides[k]) if k in sides else float("nan") for k in ("base", "head"))
+    print(", ".join(map(str, key)) + f": {b:.1f} | {h:.1f} | {(h / b - 1) * 100:+.1f}%")
 PY
 }
 
@@ -321,6 +370,7 @@ case "$verb" in
   stash-gguf) stash_gguf ;;
   pack-base) pack_base "$@" ;;
   ab) ab "$@" ;;
+  ab-attention) ab_attention "$@" ;;
   test) test_gpu "$@" ;;
   bench) bench "$@" ;;
   gemm) gemm "$@" ;;
