@@ -87,6 +87,10 @@ constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DTy
 // (two codes a byte).
 constexpr int64_t kv_pool_width(DType t, int64_t head_dim) { return t == DType::kI4 ? head_dim / 2 : head_dim; }
 
+// Bytes of one stored row's own parameters: int8 its fp16 scale, int4 its fp16 scale and minimum.
+// fp16 keeps int8's scale to 2^-11 of itself, well inside its 1/254 step, in half fp32's bytes.
+constexpr int64_t kv_row_param_bytes(DType t) { return t == DType::kI8 ? 2 : t == DType::kI4 ? 4 : 0; }
+
 // KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
 // fp8_e5m2, fp8_e4m3, int8, int4 (on CUDA: head_dim 64 or 128).
 struct KvCacheConfig {
@@ -103,9 +107,9 @@ struct KvCacheConfig {
   // K and V, with each row's own scale (and minimum) for the integer formats.
   size_t bytes_per_token() const { return 2ull * num_layers * num_kv_heads * kv_row_bytes(dtype, head_dim); }
 
-  // One stored row of head_dim values, and int8's fp32 scale or int4's fp16 scale and minimum.
+  // One stored row of head_dim values, and its own parameters (kv_row_param_bytes).
   static constexpr size_t kv_row_bytes(DType t, int head_dim) {
-    return static_cast<size_t>(kv_pool_width(t, head_dim)) * dtype_size(t) + (kv_dtype_is_rotated(t) ? 4 : 0);
+    return static_cast<size_t>(kv_pool_width(t, head_dim)) * dtype_size(t) + static_cast<size_t>(kv_row_param_bytes(t));
   }
 };
 
@@ -136,9 +140,9 @@ struct KvLayer {
   // slot s of head h is row kv_row(s, h, num_kv_heads) (backend/kv_layout.h).
   Tensor k, v;
   Tensor k_scale, v_scale;  // [num_kv_heads] fp32
-  // Each stored row's parameters, K's then V's, 8 bytes per row pair (one read serves both), in
-  // the rows' order: int8 [pages, num_kv_heads, kKvPageSize, 2] fp32, the K and V rows' scales;
-  // int4 [..., 4] fp16, K's scale and minimum, then V's; written by kv_store with the rows;
+  // Each stored row's parameters, K's then V's per row pair (one read serves both), in the rows'
+  // order, fp16: int8 [pages, num_kv_heads, kKvPageSize, 2], the K and V rows' scales; int4
+  // [..., 4], K's scale and minimum, then V's; written by kv_store with the rows;
   // empty for the other dtypes. Both hold the row rotated by the orthonormal Walsh-Hadamard
   // transform H of head_dim: value = H (stored * row scale [+ row minimum]) * the head's scale +
   // the head's mean.

@@ -185,5 +185,6 @@ SERVE8_HD float e4m3_to_f32(uint8_t c) { return detail::E4M3::decode(c); }
 
 constexpr float kE5M2Max = 57344.0f;
 constexpr float kE4M3Max = 448.0f;
+constexpr float kF16Max = 65504.0f;
 
 }  // namespace serve8

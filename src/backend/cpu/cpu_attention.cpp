@@ -33,9 +33,11 @@ struct KvGeometry {
   int64_t num_slots, heads, head_dim;
 };
 
-// The 4 bytes of pool row `at`'s parameters in KvLayer::row_params: K's record, then V's.
-void* row_param(const Tensor& row_params, int64_t at, bool is_v) {
-  return static_cast<char*>(row_params.data) + 4 * (2 * at + (is_v ? 1 : 0));
+// Pool row `at`'s parameters in KvLayer::row_params (fp16, K's record then V's): int8 its scale,
+// int4 its scale and minimum.
+uint16_t* row_param(const Tensor& row_params, int64_t at, bool is_v) {
+  const int64_t per_row = row_params.dim(3) / 2;
+  return static_cast<uint16_t*>(row_params.data) + per_row * (2 * at + (is_v ? 1 : 0));
 }
 
 // int4 rows: 16 codes between the row's minimum and maximum, the range narrowed where that lowers
@@ -84,7 +86,7 @@ KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_shape(kv.k_scale, {g.heads}, op, "kv.k_scale");
   check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
   if (kv_dtype_is_rotated(kv.k.dtype)) {
-    check_dtype(kv.row_params, i4 ? DType::kF16 : DType::kF32, op, "kv.row_params");
+    check_dtype(kv.row_params, DType::kF16, op, "kv.row_params");
     check_shape(kv.row_params, {kv.k.dim(0), g.heads, kKvPageSize, i4 ? 4 : 2}, op, "kv.row_params");
     for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
       check_dtype(*t, DType::kF32, op, "kv means");
@@ -130,7 +132,7 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
         if constexpr (std::is_same_v<S, Int4Pair>) {
           for (float& x : row) x /= scale;
           const Int4Row r = fit_int4_row(row.data(), g.head_dim);
-          auto* params = static_cast<uint16_t*>(row_param(kv.row_params, at, is_v));
+          uint16_t* params = row_param(kv.row_params, at, is_v);
           params[0] = f32_to_f16(r.scale);
           params[1] = f32_to_f16(r.min);
           // Codes against the stored (fp16) scale and minimum, which attention reads back.
@@ -152,12 +154,15 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
             x /= scale;
             amax = std::max(amax, std::fabs(x));
           }
-          const float row_scale = amax / 127.0f;
+          // Stored in fp16 (saturating: a row past 127 * 65504 keeps the largest scale); the codes
+          // are taken against the stored scale, which attention reads back.
+          uint16_t* param = row_param(kv.row_params, at, is_v);
+          *param = f32_to_f16(std::min(amax / 127.0f, kF16Max));
+          const float row_scale = f16_to_f32(*param);
           const float inv = row_scale > 0.0f ? 1.0f / row_scale : 0.0f;
           for (int64_t i = 0; i < g.head_dim; ++i)
             dst[i] =
                 static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
-          *static_cast<float*>(row_param(kv.row_params, at, is_v)) = row_scale;
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
           S* dst = pool + at * g.head_dim;
@@ -187,7 +192,7 @@ struct AttentionArgs {
 template <typename S>
 void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int64_t at, int64_t d, float* out) {
   if constexpr (std::is_same_v<S, Int4Pair>) {
-    const auto* p = static_cast<const uint16_t*>(row_param(row_params, at, is_v));
+    const uint16_t* p = row_param(row_params, at, is_v);
     const float s = f16_to_f32(p[0]), lo = f16_to_f32(p[1]);
     const uint8_t* r = pool.ptr<const uint8_t>() + at * (d / 2);
     for (int64_t i = 0; i < d; i += 2) {
@@ -196,7 +201,7 @@ void load_pool_row(const Tensor& pool, const Tensor& row_params, bool is_v, int6
     }
   } else {
     const S* r = pool.ptr<const S>() + at * d;
-    const float rs = std::is_same_v<S, int8_t> ? *static_cast<const float*>(row_param(row_params, at, is_v)) : 1.0f;
+    const float rs = std::is_same_v<S, int8_t> ? f16_to_f32(*row_param(row_params, at, is_v)) : 1.0f;
     for (int64_t i = 0; i < d; ++i) out[i] = to_f32(r[i]) * rs;
   }
 }

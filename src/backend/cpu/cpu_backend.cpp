@@ -81,7 +81,7 @@ class CpuKvCache final : public KvCache {
         static_cast<size_t>(kv_storage_slots(config.num_slots)) * static_cast<size_t>(config.num_kv_heads);
     const size_t layer_bytes =
         rows * static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim)) * dtype_size(config.dtype);
-    const size_t row_param_bytes = rows * 8;  // K's and V's: int8 an fp32 scale, int4 an fp16 scale and minimum
+    const size_t row_param_bytes = rows * 2 * static_cast<size_t>(kv_row_param_bytes(config.dtype));  // K's, V's
     for (int i = 0; i < config.num_layers; ++i) {
       k_.emplace_back(host_alloc_zeroed(layer_bytes));
       v_.emplace_back(host_alloc_zeroed(layer_bytes));
@@ -113,12 +113,9 @@ class CpuKvCache final : public KvCache {
     // The views point into scales_, which set_scales overwrites in place: a held KvLayer sees new scales.
     l.k_scale = Tensor(const_cast<float*>(scales_.k.data() + off), DType::kF32, {heads});
     l.v_scale = Tensor(const_cast<float*>(scales_.v.data() + off), DType::kF32, {heads});
-    if (config_.dtype == DType::kI8) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF32, {pages, heads, kKvPageSize, 2});
-    } else if (config_.dtype == DType::kI4) {
-      l.row_params = Tensor(row_params_[li].get(), DType::kF16, {pages, heads, kKvPageSize, 4});
-    }
     if (rotated_) {
+      l.row_params =
+          Tensor(row_params_[li].get(), DType::kF16, {pages, heads, kKvPageSize, kv_row_param_bytes(config_.dtype)});
       const size_t at = off * static_cast<size_t>(config_.head_dim);
       l.k_mean = Tensor(const_cast<float*>(scales_.k_mean.data() + at), DType::kF32, {heads, config_.head_dim});
       l.v_mean = Tensor(const_cast<float*>(scales_.v_mean.data() + at), DType::kF32, {heads, config_.head_dim});

@@ -134,8 +134,14 @@ __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
 
 // int8 codes (the low two bytes) as an fp16 pair, exact: 1024 + (code + 128) by placing the
 // biased byte under fp16's exponent of 1024, less 1152.
+// Two biased int8 codes (code + 128: the code's byte with its top bit flipped), bytes 0 and 1 of
+// the word (2 and 3 when kHigh), as an fp16 pair, exact: 1024 + byte, less 1152.
+template <bool kHigh = false>
+__device__ __forceinline__ uint32_t biased_i8x2_to_half2(uint32_t bytes) {
+  return hsub2_bits(__byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140), 0x64806480u);
+}
 __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
-  return hsub2_bits(__byte_perm(two_bytes_low ^ 0x8080u, 0x6464u, 0x4140), 0x64806480u);
+  return biased_i8x2_to_half2(two_bytes_low ^ 0x8080u);
 }
 // The 4-bit codes in bits 0-3 and 16-19 as an fp16 pair, exact (1024 + code, less 1024).
 __device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) {
@@ -148,12 +154,12 @@ template <>
 struct KvTraits<DType::kI8> {
   struct Raw8 {
     uint2 c;  // eight int8 codes
-    float s;  // the row's scale
+    float s;  // the row's scale (stored in fp16)
   };
   static constexpr bool kMmaF16 = true;
   __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int d, int col) {
     return Raw8{*reinterpret_cast<const uint2*>(static_cast<const int8_t*>(pool) + row * d + col),
-                static_cast<const float*>(params)[2 * row + is_v]};
+                __half2float(static_cast<const __half*>(params)[2 * row + is_v])};
   }
   __device__ static uint4 to_half8(const Raw8& r) {
     uint32_t h[4];

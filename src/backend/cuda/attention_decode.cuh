@@ -16,8 +16,8 @@ struct DecodeBlock {
 };
 
 __device__ __forceinline__ bool decode_block(const AttentionParams& p, DecodeBlock& w) {
-  // Heads vary fastest: the blocks of one (split, sequence) run together and share, in L2, the
-  // sequence's slot list and the sectors holding several heads' int8/int4 row parameters.
+  // Heads vary fastest: the blocks of one (split, sequence) run together and share the sequence's
+  // slot list in L2.
   w.split = blockIdx.z;
   w.b = blockIdx.y;
   w.h = blockIdx.x;

@@ -23,7 +23,7 @@
 // k_scale folds into the softmax scale and v_scale into the output; fp32 accumulation. Splits
 // merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block).
 //
-// int8 and int4 pools stage each row's 8-byte parameter record behind the tiles; codes become fp16
+// int8 and int4 pools stage each row pair's fp16 parameters behind the tiles; codes become fp16
 // operands exactly (int8 like a byte under fp16's exponent, int4 likewise), K's scale multiplies the
 // scores (int4: plus its minimum times the sum of q), V's scale multiplies P, and int4's V minimum
 // adds p * minimum to a per-head sum merged like l.
@@ -41,8 +41,11 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_addr, const void
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_8_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 8 : 0)
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small_zfill(uint32_t smem_addr, const void* gmem, bool valid) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr), "l"(gmem), "n"(kBytes),
+               "r"(valid ? kBytes : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
@@ -65,7 +68,9 @@ struct DecodeStream {
   static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
   static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
   static constexpr int kTileBytes = kStep * kRowBytes;
-  static constexpr int kParamBytes = kRowParams ? kStep * 8 : 0;  // per row K's 4 bytes, then V's
+  // Per row pair K's parameters, then V's (fp16): int8 a scale each, int4 a scale and a minimum.
+  static constexpr int kParamPairBytes = kI4 ? 8 : 4;
+  static constexpr int kParamBytes = kRowParams ? kStep * kParamPairBytes : 0;
   static constexpr int kStageBytes = 2 * kTileBytes + kParamBytes;
   // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
   // bf16 steps ahead, keep 128 KB of loads outstanding per SM (about 30 KB cover the latency).
@@ -120,8 +125,6 @@ template <DType kKv>
 __device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
   if constexpr (kKv == DType::kFP8E4M3) {
     return KvTraits<DType::kFP8E4M3>::cvt2_bits(two_bytes_low & 0xffffu);
-  } else if constexpr (kKv == DType::kI8) {
-    return i8x2_to_half2(two_bytes_low);
   } else {
     return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
   }
@@ -249,10 +252,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       // The pool row of this lane's slot (pool rows fit int32: checked where the pool is made).
       const int my_row = my_slot < 0 ? -1 : static_cast<int>(kv_row(my_slot, h, p.num_kv_heads));
       if constexpr (L::kRowParams) {
-        // Lane r < 16 copies row r's K and V parameters (one 8-byte record) behind the two tiles.
+        // Lane r < 16 copies row r's K and V parameters (one record) behind the two tiles.
         if (lane < kStep) {
-          const int64_t at = (my_row < 0 ? 0 : my_row) * int64_t{8};
-          cp_async_8_zfill(stage + 2 * L::kTileBytes + lane * 8, row_params + at, my_row >= 0);
+          constexpr int kBytes = L::kParamPairBytes;
+          const int64_t at = (my_row < 0 ? 0 : my_row) * int64_t{kBytes};
+          cp_async_small_zfill<kBytes>(stage + 2 * L::kTileBytes + lane * kBytes, row_params + at, my_row >= 0);
         }
       }
       const int c = lane % L::kChunks;
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     const int t0 = start + (warp + 4 * it) * kStep;
     const unsigned char* s_k = warp_ptr + (it % kStages) * L::kStageBytes;
     const unsigned char* s_v = s_k + L::kTileBytes;
-    // int8: each row's scale (fp32); int4: its fp16 scale and minimum. Of the thread's tokens
+    // int8: each row's fp16 scale; int4: its fp16 scale and minimum. Of the thread's tokens
     // 2 t4 + {0, 1, 8, 9}: S's columns and P^T's k indices alike.
     float ks[4] = {1.0f, 1.0f, 1.0f, 1.0f}, kmin[4] = {}, vs[4] = {1.0f, 1.0f, 1.0f, 1.0f}, vmin[4] = {};
     if constexpr (L::kRowParams) {
@@ -334,16 +338,16 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tok = 2 * t4 + (i & 1) + (i >> 1) * 8;
-        const uint32_t kp = s_par[2 * tok], vp = s_par[2 * tok + 1];
         if constexpr (L::kI4) {
-          const float2 kf = half2_bits_to_float2(kp), vf = half2_bits_to_float2(vp);
+          const float2 kf = half2_bits_to_float2(s_par[2 * tok]), vf = half2_bits_to_float2(s_par[2 * tok + 1]);
           ks[i] = kf.x;
           kmin[i] = kf.y;
           vs[i] = vf.x;
           vmin[i] = vf.y;
         } else {
-          ks[i] = __uint_as_float(kp);
-          vs[i] = __uint_as_float(vp);
+          const float2 f = half2_bits_to_float2(s_par[tok]);
+          ks[i] = f.x;
+          vs[i] = f.y;
         }
       }
     }
@@ -382,10 +386,16 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
           w[4 * i + 2] = c.z;
           w[4 * i + 3] = c.w;
         }
+        if constexpr (L::kI8) {
+#pragma unroll
+          for (uint32_t& x : w) x ^= 0x80808080u;  // biased codes: one flip a word, not one a pair
+        }
 #pragma unroll
         for (int kc = 0; kc < kD / 16; ++kc) {
           const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
-          if constexpr (L::kFp8) {
+          if constexpr (L::kI8) {
+            mma_16816<kF16>(s[nt], a, biased_i8x2_to_half2<false>(w[kc]), biased_i8x2_to_half2<true>(w[kc]));
+          } else if constexpr (L::kFp8) {
             mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
           } else {
             mma_16816<kF16>(s[nt], a, w[2 * kc], w[2 * kc + 1]);
@@ -474,6 +484,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         }
       }
     }
+    if constexpr (L::kI8) {
+#pragma unroll
+      for (int q4 = 0; q4 < 4; ++q4) {
+#pragma unroll
+        for (uint32_t& x : vw[q4]) x ^= 0x80808080u;
+      }
+    }
     // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
     const auto pair = [&](int q4, int u) -> uint32_t {
       if constexpr (L::kI4) {
@@ -483,7 +500,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         return i4x2_to_half2(__byte_perm(x, y, byte | ((byte + 4) << 8)) >> (4 * (u % 2)));
       }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
-      if constexpr (L::kFp8) {
+      if constexpr (L::kI8) {
+        // The two tokens' biased bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
+        const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
+        return u % 2 ? biased_i8x2_to_half2<true>(two) : biased_i8x2_to_half2<false>(two);
+      } else if constexpr (L::kFp8) {
         const int byte = u % 4;  // the two tokens' bytes of value u, side by side
         return fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
       } else {

@@ -37,11 +37,11 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
     case DType::kI4:
       SERVE8_CHECK(g.head_dim == 64 || g.head_dim == 128, "{}: {} KV needs head_dim 64 or 128 on CUDA, got {}", op,
                    dtype_name(kv.k.dtype), g.head_dim);
-      SERVE8_CHECK(
-          kv.row_params.data && kv.row_params.numel() * static_cast<int64_t>(dtype_size(kv.row_params.dtype)) ==
-                                    8 * g.num_slots * g.heads,
-          "{}: {} KV needs 8 bytes of row parameters per slot and KV head, got {} {}", op, dtype_name(kv.k.dtype),
-          dtype_name(kv.row_params.dtype), kv.row_params.shape_str());
+      SERVE8_CHECK(kv.row_params.data && kv.row_params.dtype == DType::kF16 &&
+                       kv.row_params.numel() == kv_row_param_bytes(kv.k.dtype) * g.num_slots * g.heads,
+                   "{}: {} KV needs {} bytes of fp16 row parameters per slot and KV head, got {} {}", op,
+                   dtype_name(kv.k.dtype), 2 * kv_row_param_bytes(kv.k.dtype), dtype_name(kv.row_params.dtype),
+                   kv.row_params.shape_str());
       for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
         SERVE8_CHECK(t->data && t->dtype == DType::kF32 && t->numel() == g.heads * g.head_dim,
                      "{}: {} KV needs fp32 K and V means [{}, {}], got {} {}", op, dtype_name(kv.k.dtype), g.heads,

@@ -59,8 +59,8 @@ void check_kv_config(const KvCacheConfig& c, DType compute) {
 }
 
 // The pool: one allocation holding every layer's K and V ([pages, Hkv, page, width] each, in the
-// storage dtype; kv_layout.h), for int8/int4 every layer's row parameters (8 bytes a row pair,
-// K's and V's, in the rows' order), then
+// storage dtype; kv_layout.h), for int8/int4 every layer's row parameters (K's and V's per row
+// pair, in the rows' order: KvLayer::row_params), then
 // the K scales and the V scales ([layers * Hkv] fp32 each), and for int8/int4 the K and V means
 // ([layers * Hkv * D] fp32 each).
 class CudaKvCache final : public KvCache {
@@ -76,7 +76,7 @@ class CudaKvCache final : public KvCache {
                  config.num_slots, config.num_kv_heads);
     const size_t width = static_cast<size_t>(kv_pool_width(config.dtype, config.head_dim));
     layer_bytes_ = (rows * width * dtype_size(config.dtype) + 255) / 256 * 256;
-    row_param_bytes_ = rotated_ ? (rows * 8 + 255) / 256 * 256 : 0;
+    row_param_bytes_ = (rows * 2 * static_cast<size_t>(kv_row_param_bytes(config.dtype)) + 255) / 256 * 256;
     const size_t scale_count = layers * static_cast<size_t>(config.num_kv_heads);
     const size_t mean_count = rotated_ ? scale_count * static_cast<size_t>(config.head_dim) : 0;
     const size_t pools = (2 * layer_bytes_ + row_param_bytes_) * layers;
@@ -119,8 +119,7 @@ class CudaKvCache final : public KvCache {
     l.v_scale = Tensor(scales_ + scale_count + li * static_cast<size_t>(heads), DType::kF32, {heads});
     if (rotated_) {
       char* rows = base_ + 2 * static_cast<size_t>(config_.num_layers) * layer_bytes_ + li * row_param_bytes_;
-      l.row_params = config_.dtype == DType::kI4 ? Tensor(rows, DType::kF16, {pages, heads, kKvPageSize, 4})
-                                                 : Tensor(rows, DType::kF32, {pages, heads, kKvPageSize, 2});
+      l.row_params = Tensor(rows, DType::kF16, {pages, heads, kKvPageSize, kv_row_param_bytes(config_.dtype)});
       const size_t at = li * static_cast<size_t>(heads) * static_cast<size_t>(config_.head_dim);
       const size_t mean_count = scale_count * static_cast<size_t>(config_.head_dim);
       l.k_mean = Tensor(means_ + at, DType::kF32, {heads, config_.head_dim});

@@ -132,7 +132,7 @@ struct KvStoreParams {
   DType kv_dtype = DType::kBF16;  // bf16, fp16, fp8_e5m2 or fp8_e4m3; fp32 from fp32 k, v only
   // int8 and int4 (bf16 k, v; head_dim 64 or 128): each row less its head's mean, rotated by the
   // Walsh-Hadamard transform (times norm = 1 / sqrt(head_dim)), then quantized with its own
-  // parameters into row_params (KvLayer::row_params: K's 4 bytes then V's per row pair), as the
+  // parameters into row_params (KvLayer::row_params: K's then V's per row pair, fp16), as the
   // CPU backend's kv_store.
   void* row_params = nullptr;
   const float* k_mean = nullptr;  // [Hkv, D]

@@ -69,15 +69,17 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
 #pragma unroll
   for (int j = 0; j < kE; ++j) x[j] = __fdiv_rn(x[j], scale);
   const int64_t at = kv_row(p.out_slots[token], head, p.num_kv_heads);
-  // The row's parameters: word 2 at of row_params for K, 2 at + 1 for V.
-  const int64_t word = 2 * at + (is_v ? 1 : 0);
+  // The row's parameters: record 2 at of row_params for K, 2 at + 1 for V.
+  const int64_t record = 2 * at + (is_v ? 1 : 0);
   if constexpr (kKv == DType::kI8) {
     // Symmetric: the row's largest |value| maps to 127.
     float amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < kE; ++j) amax = fmaxf(amax, fabsf(x[j]));
     amax = warp_max(amax);
-    const float rs = __fdiv_rn(amax, 127.0f);
+    // The stored fp16 scale (saturating, as the CPU's), against which the codes are taken.
+    const __half s16 = __float2half_rn(fminf(__fdiv_rn(amax, 127.0f), kF16Max));
+    const float rs = __half2float(s16);
     const float inv = rs > 0.0f ? __fdiv_rn(1.0f, rs) : 0.0f;
     uint32_t packed = 0;
 #pragma unroll
@@ -91,7 +93,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     } else {
       *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(packed);
     }
-    if (lane == 0) static_cast<float*>(p.row_params)[word] = rs;
+    if (lane == 0) static_cast<__half*>(p.row_params)[record] = s16;
   } else {
     // 16 codes from min to min + 15 scale; of 11 x 11 trims of each end (up to a fifth of the
     // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row).
@@ -137,7 +139,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
       *dst = static_cast<uint8_t>(packed);
     }
     if (lane == 0) {
-      static_cast<uint32_t*>(p.row_params)[word] =
+      static_cast<uint32_t*>(p.row_params)[record] =
           uint32_t{__half_as_ushort(s16)} | (uint32_t{__half_as_ushort(l16)} << 16);
     }
   }
