@@ -138,7 +138,7 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
   fill_from_block(be, s, dst, bytes, h.data(), block);
 }
 
-// Fills an int8 (fp32 scale) or int4 (fp16 scale and minimum) pool's row parameters with values
+// Fills an int8 (fp16 scale) or int4 (fp16 scale and minimum) pool's row parameters with values
 // around those of unit-normal rows.
 void fill_row_params(Backend& be, cudaStream_t s, const Tensor& params, DType t, std::mt19937_64& gen) {
   const size_t bytes = static_cast<size_t>(params.nbytes());
@@ -147,7 +147,7 @@ void fill_row_params(Backend& be, cudaStream_t s, const Tensor& params, DType t,
   std::uniform_real_distribution<float> u(0.8f, 1.25f);
   for (uint32_t& w : h) {
     if (t == DType::kI8) {
-      w = std::bit_cast<uint32_t>(u(gen) * 2.5f / 127.0f);
+      w = uint32_t{f32_to_f16(u(gen) * 2.5f / 127.0f)} | (uint32_t{f32_to_f16(u(gen) * 2.5f / 127.0f)} << 16);
     } else {
       w = uint32_t{f32_to_f16(u(gen) * 5.0f / 15.0f)} | (uint32_t{f32_to_f16(-2.5f * u(gen))} << 16);
     }
@@ -234,7 +234,10 @@ CheckResult check_sequence(CudaBackend& gpu, Backend& cpu, const Heads& h, const
   };
   put(layer.k, width, kv, rb, cl.k.data);
   put(layer.v, width, kv, rb, cl.v.data);
-  if (kv_dtype_is_rotated(kv)) put(layer.row_params, 2, DType::kF32, 8, cl.row_params.data);
+  if (kv_dtype_is_rotated(kv)) {  // a row pair's fp16 parameters, K's then V's
+    const int64_t r = kv_row_param_bytes(kv);
+    put(layer.row_params, r, DType::kF16, static_cast<size_t>(2 * r), cl.row_params.data);
+  }
   // The last `rows` queries: causal over the whole sequence, its KV in slots 1..kv_len.
   std::vector<int32_t> slots(static_cast<size_t>(kv_len));
   std::iota(slots.begin(), slots.end(), 1);
