@@ -132,20 +132,20 @@ __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
   return u;
 }
 
+// int8 codes (the low two bytes) as an fp16 pair, exact: 1024 + (code + 128) by placing the
+// biased byte under fp16's exponent of 1024, less 1152.
 // Two biased int8 codes (code + 128: the code's byte with its top bit flipped), bytes 0 and 1 of
-// the word (2 and 3 when kHigh), as the fp16 pair 1024 + byte = 1152 + code, exact.
+// the word (2 and 3 when kHigh), as an fp16 pair, exact: 1024 + byte, less 1152.
 template <bool kHigh = false>
-__device__ __forceinline__ uint32_t biased_i8x2_operand(uint32_t bytes) {
-  return __byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140);
+__device__ __forceinline__ uint32_t biased_i8x2_to_half2(uint32_t bytes) {
+  return hsub2_bits(__byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140), 0x64806480u);
 }
-// Two int8 codes (bytes 0 and 1) as an fp16 pair, exact.
 __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
-  return hsub2_bits(biased_i8x2_operand(two_bytes_low ^ 0x8080u), 0x64806480u);
+  return biased_i8x2_to_half2(two_bytes_low ^ 0x8080u);
 }
-// The 4-bit codes in bits 0-3 and 16-19 as the fp16 pair 1024 + code, and as the codes, exact.
-__device__ __forceinline__ uint32_t i4x2_operand(uint32_t nibbles) { return (nibbles & 0x000f000fu) | 0x64006400u; }
+// The 4-bit codes in bits 0-3 and 16-19 as an fp16 pair, exact (1024 + code, less 1024).
 __device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) {
-  return hsub2_bits(i4x2_operand(nibbles), 0x64006400u);
+  return hsub2_bits((nibbles & 0x000f000fu) | 0x64006400u, 0x64006400u);
 }
 
 // int8 and int4 rows (rotated, KvLayer): 8 stored elements and their row's parameters. Their

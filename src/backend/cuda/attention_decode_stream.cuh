@@ -24,10 +24,9 @@
 // merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block).
 //
 // int8 and int4 pools stage each row pair's fp16 parameters behind the tiles; codes become fp16
-// operands code + offset by one instruction (a byte or nibble under fp16's exponent for 1024), K's
-// scale multiplies the scores less offset * sum of q (int4: plus its minimum times the sum of q),
-// V's scale multiplies P, and p * (V's minimum - offset * scale) goes to a per-head sum merged like
-// l and added to every output.
+// operands exactly (int8 like a byte under fp16's exponent, int4 likewise), K's scale multiplies the
+// scores (int4: plus its minimum times the sum of q), V's scale multiplies P, and int4's V minimum
+// adds p * minimum to a per-head sum merged like l.
 #pragma once
 
 #include <type_traits>
@@ -62,11 +61,6 @@ struct DecodeStream {
   static constexpr bool kI8 = kKv == DType::kI8;
   static constexpr bool kRowParams = kI4 || kI8;  // a scale (and minimum) per row, staged beside it
   static constexpr bool kFp8 = kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3 || kI8;
-  // Integer codes become fp16 operands by one byte_perm or lop3 under fp16's exponent for 1024:
-  // operand = code + kCodeOffset (int8 codes biased by 128). The offset's share of q . operand
-  // (kCodeOffset * sum of q) and of the P V products (kCodeOffset * sum of P) is taken off once a
-  // token, not once a value.
-  static constexpr float kCodeOffset = kI8 ? 1152.0f : 1024.0f;
   static constexpr int kElemBytes = kFp8 || kI4 ? 1 : 2;
   static constexpr int kRowBytes = kI4 ? kD / 2 : kD * kElemBytes;  // one K (or V) row of one KV head
   static constexpr int kChunks = kRowBytes / 16;                    // 16-byte chunks per row: 2 to 16
@@ -216,8 +210,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = kAttentionMaxGroup;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
-  // int8, int4: per head, sum of p * (V's row minimum - kCodeOffset * its scale)
-  __shared__ float s_mn[kHeads][4][L::kRowParams ? kMaxGroup : 1];
+  __shared__ float s_mn[kHeads][4][L::kI4 ? kMaxGroup : 1];  // int4: sum of p * V's row minimum
   static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
   static_assert((kHeads * kMaxGroup * (kDecodeMaxSplits + 1) + 1) * sizeof(float) <= L::kSmemBytes,
                 "the split merge reuses the stages");
@@ -291,8 +284,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 
   // Q in the permuted d order of the K reads; rows 8..15 of the tile (and rows past g) are zero.
   uint32_t qf[kD / 16][2];
-  // int8, int4: the sum of head gid's q operands, which each row's minimum and code offset multiply
-  float qsum = 0.0f;
+  float qsum = 0.0f;  // int4: the sum of head gid's q operands, which each row's minimum multiplies
   {
     const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
 #pragma unroll
@@ -313,16 +305,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         const int d0 = L::k_dim(t4, 4 * kc);
         qf[kc][0] = gid < g ? q_operand<kF16>(qp + d0) : 0u;
         qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
-        if constexpr (L::kI8) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float2 f = half2_bits_to_float2(qf[kc][r]);
-            qsum += f.x + f.y;
-          }
-        }
       }
     }
-    if constexpr (L::kRowParams) {
+    if constexpr (L::kI4) {
       qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
       qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
     }
@@ -335,7 +320,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
   for (int mt = 0; mt < kD / 16; ++mt) ot[mt][0] = ot[mt][1] = ot[mt][2] = ot[mt][3] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // of head (row) gid
-  float mn = 0.0f;                // int8, int4: s_mn's sum, head gid
+  float mn = 0.0f;                // int4: sum over tokens of p * V's row minimum, head gid
 
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
@@ -388,7 +373,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         for (int kc = 0; kc < kD / 16; ++kc) {
           const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
           const int n0 = 2 * (kc % 2);
-          mma_16816<kF16>(s[nt], a, i4x2_operand(w[kc / 2] >> (4 * n0)), i4x2_operand(w[kc / 2] >> (4 * n0 + 4)));
+          mma_16816<kF16>(s[nt], a, i4x2_to_half2(w[kc / 2] >> (4 * n0)), i4x2_to_half2(w[kc / 2] >> (4 * n0 + 4)));
         }
       } else {
         uint32_t w[L::kKChunks * 4];
@@ -409,7 +394,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         for (int kc = 0; kc < kD / 16; ++kc) {
           const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
           if constexpr (L::kI8) {
-            mma_16816<kF16>(s[nt], a, biased_i8x2_operand<false>(w[kc]), biased_i8x2_operand<true>(w[kc]));
+            mma_16816<kF16>(s[nt], a, biased_i8x2_to_half2<false>(w[kc]), biased_i8x2_to_half2<true>(w[kc]));
           } else if constexpr (L::kFp8) {
             mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
           } else {
@@ -424,13 +409,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        // q . operands less the offset's share, times the row's scale, plus its minimum times the
-        // sum of q, is q . k; the other pools' scores are q . k already (0 * qsum would not fold
-        // away: qsum may be inf).
+        // The row's scale (and minimum times the sum of q) turn q . codes into q . k; the other
+        // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
         float qk = s[nt][e];
-        if constexpr (L::kRowParams) {
-          const float k_s = ks[2 * nt + e];
-          qk = fmaf(qk, k_s, (kmin[2 * nt + e] - L::kCodeOffset * k_s) * qsum);
+        if constexpr (L::kI4) {
+          qk = fmaf(qk, ks[2 * nt + e], kmin[2 * nt + e] * qsum);
+        } else if constexpr (L::kI8) {
+          qk *= ks[2 * nt + e];
         }
         const float v = t0 + nt * 8 + 2 * t4 + e < end ? qk * sc : -INFINITY;
         s[nt][e] = v;
@@ -466,11 +451,6 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     // V's row scales fold into P (int8, int4); l stays the sum of p.
     const uint32_t pb0 = pack_operand<kF16>(s[0][0] * vs[0], s[0][1] * vs[1]),
                    pb1 = pack_operand<kF16>(s[1][0] * vs[2], s[1][1] * vs[3]);
-    if constexpr (L::kRowParams) {
-      // The offset's share of the products, from the fp16 operands the MMA multiplies.
-      const float2 p0 = half2_bits_to_float2(pb0), p1 = half2_bits_to_float2(pb1);
-      mn = fmaf(-L::kCodeOffset, (p0.x + p0.y) + (p1.x + p1.y), mn);
-    }
     constexpr int kVw = L::kI4 ? (L::kI4VBytes + 3) / 4 : L::kVWords;
     uint32_t vw[4][kVw];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
 #pragma unroll
@@ -517,13 +497,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side.
         const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
         const int byte = (u / 2) % 4;
-        return i4x2_operand(__byte_perm(x, y, byte | ((byte + 4) << 8)) >> (4 * (u % 2)));
+        return i4x2_to_half2(__byte_perm(x, y, byte | ((byte + 4) << 8)) >> (4 * (u % 2)));
       }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
       if constexpr (L::kI8) {
         // The two tokens' biased bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
         const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
-        return u % 2 ? biased_i8x2_operand<true>(two) : biased_i8x2_operand<false>(two);
+        return u % 2 ? biased_i8x2_to_half2<true>(two) : biased_i8x2_to_half2<false>(two);
       } else if constexpr (L::kFp8) {
         const int byte = u % 4;  // the two tokens' bytes of value u, side by side
         return fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
@@ -540,7 +520,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if constexpr (L::kRowParams) {
+  if constexpr (L::kI4) {
     mn += __shfl_xor_sync(0xffffffffu, mn, 1);
     mn += __shfl_xor_sync(0xffffffffu, mn, 2);
   }
@@ -560,11 +540,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   if (t4 == 0) {
     s_m[half][warp][gid] = m;
     s_l[half][warp][gid] = l;
-    if constexpr (L::kRowParams) s_mn[half][warp][gid] = mn;
+    if constexpr (L::kI4) s_mn[half][warp][gid] = mn;
   }
   __syncthreads();
   if (head_ok) {
-    decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], L::kRowParams ? &s_mn[half][0][0] : nullptr,
+    decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], L::kI4 ? &s_mn[half][0][0] : nullptr,
                                       threadIdx.x % 128, 128);
   }
   if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
