@@ -4,10 +4,12 @@
 // checked: a sample of its rows is recomputed by the CPU reference backend from the same KV bytes.
 //
 //   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write]
-//                   [--slots shuffled|contiguous]
+//                   [--slots shuffled|contiguous] [--decode-heads 1|2]
 //
 // --slots: a sequence's pages of 16 slots drawn at random over the pool (default: a long-running
 // server's) or in order (a fresh pool's allocation).
+// --decode-heads: KV heads per decode block for the pools that may pair them (FP8, int8; default:
+// the plan's choice), to time one choice against the other.
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several).
 //
@@ -34,6 +36,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "bench_kernels.h"
@@ -274,6 +277,7 @@ int run(int argc, char** argv) {
   bool quick = false;
   L2Flush flush_how = L2Flush::kRead;
   bool contiguous_slots = false;
+  int decode_heads = 0;              // the plan's choice
   std::vector<std::string> filters;  // run only rows whose "heads kind shape kv" label holds one
   std::string command = "bench_attention";
   for (int i = 1; i < argc; ++i) {
@@ -296,6 +300,11 @@ int run(int argc, char** argv) {
       if (how != "shuffled" && how != "contiguous")
         fail("bench_attention: --slots takes shuffled or contiguous, not '{}'", how);
       contiguous_slots = how == "contiguous";
+    } else if (a == "--decode-heads" && i + 1 < argc) {
+      decode_heads = std::atoi(argv[++i]);
+      command += std::string(" ") + argv[i];
+      if (decode_heads != 1 && decode_heads != 2)
+        fail("bench_attention: --decode-heads takes 1 or 2, not '{}'", argv[i]);
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--filter" && i + 1 < argc) {
@@ -304,11 +313,11 @@ int run(int argc, char** argv) {
     } else {
       fail(
           "bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT..., --l2-flush "
-          "read|write, --slots shuffled|contiguous)",
+          "read|write, --slots shuffled|contiguous, --decode-heads 1|2)",
           a);
     }
   }
-  auto owner = create_backend("cuda");
+  auto owner = create_cuda_backend(DType::kBF16, AttentionOptions{decode_heads, 0});
   auto& be = dynamic_cast<CudaBackend&>(*owner);
   auto cpu = create_backend("cpu");
   const cudaStream_t s = be.stream();
@@ -483,6 +492,7 @@ int run(int argc, char** argv) {
               {"l2_flush_bytes", flush_bytes},
               {"l2_flush", flush_name},
               {"slots", contiguous_slots ? "contiguous" : "shuffled"},
+              {"decode_heads", decode_heads == 0 ? std::string("plan") : std::to_string(decode_heads)},
               {"reps", reps},
               {"rows", rows}};
   std::ofstream(out_path) << doc.dump(1) << "\n";

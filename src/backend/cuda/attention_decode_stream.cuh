@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/attention_prefill.cuh"
 
 namespace serve8 {
@@ -577,10 +578,10 @@ void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) 
 }
 
 // Calls f(std::integral_constant<int, kHeads>) for `heads` KV heads per block: 2 exists for FP8
-// pools only (decode_heads_per_block).
+// and int8 pools only (decode_pairs_heads).
 template <DType kKv, typename F>
 auto with_decode_heads(int heads, F&& f) {
-  if constexpr (kKv == DType::kFP8E5M2 || kKv == DType::kFP8E4M3) {
+  if constexpr (decode_pairs_heads(kKv)) {
     if (heads == 2) return f(std::integral_constant<int, 2>{});
   }
   return f(std::integral_constant<int, 1>{});

@@ -12,8 +12,7 @@ int decode_heads_per_block(DType kv_dtype, int num_seqs, int num_kv_heads, int s
 
 DecodePlan plan_decode(int num_seqs, const AttentionShape& shape, const AttentionOptions& options) {
   DecodePlan p;
-  const bool fp8 = shape.kv_dtype == DType::kFP8E5M2 || shape.kv_dtype == DType::kFP8E4M3;
-  p.heads_per_block = options.decode_heads > 0 && fp8
+  p.heads_per_block = options.decode_heads > 0 && decode_pairs_heads(shape.kv_dtype)
                           ? options.decode_heads
                           : decode_heads_per_block(shape.kv_dtype, num_seqs, shape.num_kv_heads, shape.sms);
   const int base = num_seqs * p.head_blocks(shape);

@@ -33,7 +33,7 @@ struct AttentionShape {
 // Overrides of the decode plan, 0 meaning planned: tests reach the split and two-head paths with
 // them on short sequences; serving leaves them at 0.
 struct AttentionOptions {
-  int decode_heads = 0;      // KV heads per decode block (1 or 2; 2 for FP8 pools only)
+  int decode_heads = 0;      // KV heads per decode block (1 or 2; 2 for one-byte pools only)
   int decode_min_chunk = 0;  // KV tokens per split, with no minimum count of splits
 };
 
@@ -55,7 +55,14 @@ struct DecodePlan {
 // SM, so that the two halves of a block read two heads' 128-byte rows of the same tokens, adjacent
 // in the pool, which the DRAM serves better than lone 128-byte rows; on small grids one head per
 // block spreads the warps over twice the SMs. 16-bit rows are 256 bytes already.
+// int8 rows are one byte a value too and may take 2 when asked (AttentionOptions), to be measured.
 int decode_heads_per_block(DType kv_dtype, int num_seqs, int num_kv_heads, int sms);
+
+// Whether a decode block may serve two KV heads of this pool: rows of one byte a value (FP8, int8),
+// whose 8 warps' stages fit two blocks an SM.
+constexpr bool decode_pairs_heads(DType kv_dtype) {
+  return kv_dtype == DType::kFP8E5M2 || kv_dtype == DType::kFP8E4M3 || kv_dtype == DType::kI8;
+}
 
 // The decode launch of num_seqs sequences: a function of the launch shape only, so the grid of a
 // CUDA-graph bucket stays fixed whatever its sequences' lengths.
