@@ -131,6 +131,16 @@ __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
   memcpy(&u, &r, 4);
   return u;
 }
+__device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
+  __half2 x, y, z;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  memcpy(&z, &c, 4);
+  const __half2 r = __hfma2(x, y, z);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
+}
 
 // int8 codes (the low two bytes) as an fp16 pair, exact: 1024 + (code + 128) by placing the
 // biased byte under fp16's exponent of 1024, less 1152.
@@ -143,10 +153,22 @@ __device__ __forceinline__ uint32_t biased_i8x2_to_half2(uint32_t bytes) {
 __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
   return biased_i8x2_to_half2(two_bytes_low ^ 0x8080u);
 }
-// The 4-bit codes in bits 0-3 and 16-19 as an fp16 pair, exact (1024 + code, less 1024).
-__device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) {
-  return hsub2_bits((nibbles & 0x000f000fu) | 0x64006400u, 0x64006400u);
+// The 4-bit codes in bits kShift..kShift+3 and 16+kShift..16+kShift+3 (kShift 0 or 4) as an fp16
+// pair, exact: one lop3 ((w & mask) | 0x6400 0x6400, which the compiler would split in two) puts
+// them under fp16's exponent for 1024, as 1024 + code (less 1024) or 1024 + 16 code (times 1/16,
+// less 64), so the high nibbles need no shift.
+template <int kShift>
+__device__ __forceinline__ uint32_t i4x2_to_half2_at(uint32_t w) {
+  static_assert(kShift == 0 || kShift == 4, "the low or the high nibble of bytes 0 and 2");
+  uint32_t h;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(h) : "r"(w), "r"(0x000f000fu << kShift), "r"(0x64006400u));
+  if constexpr (kShift == 0) {
+    return hsub2_bits(h, 0x64006400u);
+  } else {
+    return hfma2_bits(h, 0x2c002c00u, 0xd400d400u);  // x / 16 - 64
+  }
 }
+__device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) { return i4x2_to_half2_at<0>(nibbles); }
 
 // int8 and int4 rows (rotated, KvLayer): 8 stored elements and their row's parameters. Their
 // values are fp16 operands after the row's scale (and minimum): rounded once, to fp16.

@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         for (int kc = 0; kc < kD / 16; ++kc) {
           const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
           const int n0 = 2 * (kc % 2);
-          mma_16816<kF16>(s[nt], a, i4x2_to_half2(w[kc / 2] >> (4 * n0)), i4x2_to_half2(w[kc / 2] >> (4 * n0 + 4)));
+          const uint32_t wn = w[kc / 2] >> (4 * n0);  // nibbles n0 and n0 + 1 in bits 0-7 (and 16-23)
+          mma_16816<kF16>(s[nt], a, i4x2_to_half2_at<0>(wn), i4x2_to_half2_at<4>(wn));
         }
       } else {
         uint32_t w[L::kKChunks * 4];
@@ -498,7 +499,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side.
         const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
         const int byte = (u / 2) % 4;
-        return i4x2_to_half2(__byte_perm(x, y, byte | ((byte + 4) << 8)) >> (4 * (u % 2)));
+        const uint32_t two = __byte_perm(x, y, byte | ((byte + 4) << 8));
+        return u % 2 ? i4x2_to_half2_at<4>(two) : i4x2_to_half2_at<0>(two);
       }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
       if constexpr (L::kI8) {
