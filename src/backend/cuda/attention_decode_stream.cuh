@@ -426,23 +426,18 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    // A running maximum rarely moves once a few steps are in: the accumulators are rescaled only
-    // in steps where it moved for some head of the warp (a warp-uniform branch).
-    const bool moved = mx != m;
-    const float corr = moved ? safe_exp2(m, mx) : 1.0f;
+    const float corr = safe_exp2(m, mx);
     m = mx;
     l *= corr;
     mn *= corr;
-    if (__any_sync(0xffffffffu, moved)) {
-      // This thread's output columns are heads 2 t4 and 2 t4 + 1: their quads' corrections.
-      const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t4), corr1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+    // This thread's output columns are heads 2 t4 and 2 t4 + 1: their quads' corrections.
+    const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t4), corr1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
 #pragma unroll
-      for (int mt = 0; mt < kD / 16; ++mt) {
-        ot[mt][0] *= corr0;
-        ot[mt][1] *= corr1;
-        ot[mt][2] *= corr0;
-        ot[mt][3] *= corr1;
-      }
+    for (int mt = 0; mt < kD / 16; ++mt) {
+      ot[mt][0] *= corr0;
+      ot[mt][1] *= corr1;
+      ot[mt][2] *= corr0;
+      ot[mt][3] *= corr1;
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
