@@ -87,10 +87,6 @@ constexpr bool kv_dtype_is_rotated(DType t) { return t == DType::kI8 || t == DTy
 // (two codes a byte).
 constexpr int64_t kv_pool_width(DType t, int64_t head_dim) { return t == DType::kI4 ? head_dim / 2 : head_dim; }
 
-// Bytes of one stored row's own parameters: int8 its fp16 scale, int4 its fp16 scale and minimum.
-// fp16 keeps int8's scale to 2^-11 of itself, well inside its 1/254 step, in half fp32's bytes.
-constexpr int64_t kv_row_param_bytes(DType t) { return t == DType::kI8 ? 2 : t == DType::kI4 ? 4 : 0; }
-
 // KV cache geometry. Storage dtype is one of fp32 (CPU, or CUDA with fp32 compute), bf16, fp16,
 // fp8_e5m2, fp8_e4m3, int8, int4 (on CUDA: head_dim 64 or 128).
 struct KvCacheConfig {

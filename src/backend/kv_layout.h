@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
+
 #if defined(__CUDACC__)
 #define SERVE8_HOST_DEVICE __host__ __device__
 #else
@@ -22,6 +24,12 @@ SERVE8_HOST_DEVICE constexpr int64_t kv_row(int64_t slot, int64_t head, int64_t 
   return (((slot >> 4) * num_kv_heads + head) << 4) | (slot & (kKvPageSize - 1));
 }
 static_assert(kKvPageSize == 16, "kv_row's shifts are for pages of 16 slots");
+
+// Bytes of one stored row's own parameters: int8 its fp16 scale, int4 its fp16 scale and minimum.
+// fp16 keeps int8's scale to 2^-11 of itself, well inside its 1/254 step, in half fp32's bytes.
+SERVE8_HOST_DEVICE constexpr int64_t kv_row_param_bytes(DType t) {
+  return t == DType::kI8 ? 2 : t == DType::kI4 ? 4 : 0;
+}
 
 // Slots a pool of num_slots stores: whole pages.
 constexpr int64_t kv_storage_slots(int64_t num_slots) {

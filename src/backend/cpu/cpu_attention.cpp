@@ -87,7 +87,8 @@ KvGeometry check_kv_layer(const KvLayer& kv, std::string_view op) {
   check_shape(kv.v_scale, {g.heads}, op, "kv.v_scale");
   if (kv_dtype_is_rotated(kv.k.dtype)) {
     check_dtype(kv.row_params, DType::kF16, op, "kv.row_params");
-    check_shape(kv.row_params, {kv.k.dim(0), g.heads, kKvPageSize, i4 ? 4 : 2}, op, "kv.row_params");
+    check_shape(kv.row_params, {kv.k.dim(0), g.heads, kKvPageSize, kv_row_param_bytes(kv.k.dtype)}, op,
+                "kv.row_params");
     for (const Tensor* t : {&kv.k_mean, &kv.v_mean}) {
       check_dtype(*t, DType::kF32, op, "kv means");
       check_shape(*t, {g.heads, g.head_dim}, op, "kv means");

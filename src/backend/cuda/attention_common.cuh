@@ -142,14 +142,13 @@ __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t 
   return u;
 }
 
-// int8 codes (the low two bytes) as an fp16 pair, exact: 1024 + (code + 128) by placing the
-// biased byte under fp16's exponent of 1024, less 1152.
 // Two biased int8 codes (code + 128: the code's byte with its top bit flipped), bytes 0 and 1 of
 // the word (2 and 3 when kHigh), as an fp16 pair, exact: 1024 + byte, less 1152.
 template <bool kHigh = false>
 __device__ __forceinline__ uint32_t biased_i8x2_to_half2(uint32_t bytes) {
   return hsub2_bits(__byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140), 0x64806480u);
 }
+// int8 codes (the low two bytes) as an fp16 pair, exact.
 __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
   return biased_i8x2_to_half2(two_bytes_low ^ 0x8080u);
 }

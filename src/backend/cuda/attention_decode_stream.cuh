@@ -70,7 +70,7 @@ struct DecodeStream {
   static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
   static constexpr int kTileBytes = kStep * kRowBytes;
   // Per row pair K's parameters, then V's (fp16): int8 a scale each, int4 a scale and a minimum.
-  static constexpr int kParamPairBytes = kI4 ? 8 : 4;
+  static constexpr int kParamPairBytes = 2 * kv_row_param_bytes(kKv);
   static constexpr int kParamBytes = kRowParams ? kStep * kParamPairBytes : 0;
   static constexpr int kStageBytes = 2 * kTileBytes + kParamBytes;
   // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
