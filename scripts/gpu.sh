@@ -193,8 +193,9 @@ stash_gguf() {
   ls -l /tmp/serve8-gguf
 }
 
-# Here, after pack: serve8 at COMMIT (a worktree in .gpu-base-src, built in build-base), stripped
-# and compressed beside the pack, for `ab`. It runs with the pack's libraries.
+# Here, after pack: serve8 (or the TARGETs) at COMMIT (a worktree in .gpu-base-src, built in
+# build-base), stripped and compressed beside the pack, for `ab` and `ab-attention`. They run with
+# the pack's libraries.
 pack_base() {
   local commit="${1:?usage: scripts/gpu.sh pack-base COMMIT [TARGET...]}" wt="$root/.gpu-base-src" build="$root/build-base"
   shift
@@ -225,20 +226,15 @@ pack_base() {
 # its own --result-filename, and the medians of the decode step come out per batch size.
 ab() {
   gpu_unpack
-  local logs="${OUT:-/tmp/serve8-gpu-out}" base="$root/.gpu/base/serve8.xz" r which bin
-  [[ -f "$base" ]] || { echo "gpu.sh ab: no .gpu/base (scripts/gpu.sh pack-base COMMIT, here)" >&2; return 1; }
+  local logs="${OUT:-/tmp/serve8-gpu-out}"
   (($# > 0)) || { echo "usage: scripts/gpu.sh ab SERVE8_COMMAND ARGS..." >&2; return 2; }
   mkdir -p "$logs" && rm -f "$logs"/ab_base.* "$logs"/ab_head.*
-  base_bin serve8
-  gpu_describe | tee "$logs/gpu.txt"
-  for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
-    for which in base head; do
-      bin="$GPU_STAGE/bin/serve8"
-      [[ $which == base ]] && bin="$GPU_STAGE/bin/serve8-base"
-      (cd "$GPU_STAGE" && with_pack_libs "$bin" "$@" --result-filename "$logs/ab_$which.jsonl") \
-        >>"$logs/ab_$which.log" 2>&1 || echo "gpu.sh ab: the $which binary failed in round $r (ab_$which.log)"
-    done
-  done
+  ab_serve8() {  # WHICH ROUND BIN ARGS...
+    local which="$1" bin="$3"
+    shift 3
+    (cd "$GPU_STAGE" && with_pack_libs "$bin" "$@" --result-filename "$logs/ab_$which.jsonl") >>"$logs/ab_$which.log" 2>&1
+  }
+  ab_rounds serve8 "$logs" ab_serve8 "$@" || return 1
   python3 - "$logs/ab_base.jsonl" "$logs/ab_head.jsonl" <<'PY'
 import json, statistics, sys
 runs = {}
@@ -260,26 +256,36 @@ for key, sides in sorted(runs.items(), key=str):
 PY
 }
 
-# There: the base's TARGET unpacked beside the pack's binaries, as TARGET-base.
-base_bin() {
-  [[ -f "$root/.gpu/base/$1.xz" ]] || { echo "gpu.sh: no .gpu/base/$1.xz (scripts/gpu.sh pack-base COMMIT $1, here)" >&2; return 1; }
-  xz -dc "$root/.gpu/base/$1.xz" >"$GPU_STAGE/bin/$1-base" && chmod +x "$GPU_STAGE/bin/$1-base"
+# There: TARGET of the base (unpacked beside the pack's binaries as TARGET-base) and of the pack,
+# alternated SERVE8_AB_ROUNDS times (default 2), each run as `RUN WHICH ROUND BIN ARGS...` (WHICH:
+# base or head); the GPU described into LOGS first.
+ab_rounds() {
+  local target="$1" logs="$2" run="$3" r which bin
+  shift 3
+  [[ -f "$root/.gpu/base/$target.xz" ]] ||
+    { echo "gpu.sh: no .gpu/base/$target.xz (scripts/gpu.sh pack-base COMMIT $target, here)" >&2; return 1; }
+  xz -dc "$root/.gpu/base/$target.xz" >"$GPU_STAGE/bin/$target-base" && chmod +x "$GPU_STAGE/bin/$target-base"
+  gpu_describe | tee "$logs/gpu.txt"
+  for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
+    for which in base head; do
+      bin="$GPU_STAGE/bin/$target"
+      [[ $which == base ]] && bin+=-base
+      "$run" "$which" "$r" "$bin" "$@" || echo "gpu.sh: the $which $target failed in round $r (see $logs)"
+    done
+  done
 }
 
 ab_attention() {
   gpu_unpack
-  local logs="${OUT:-/tmp/serve8-gpu-out}" r which bin
+  local logs="${OUT:-/tmp/serve8-gpu-out}"
   mkdir -p "$logs" && rm -f "$logs"/attention_ab_*
-  base_bin bench_attention
-  gpu_describe | tee "$logs/gpu.txt"
-  for ((r = 1; r <= ${SERVE8_AB_ROUNDS:-2}; r++)); do
-    for which in base head; do
-      bin="$GPU_STAGE/bin/bench_attention"
-      [[ $which == base ]] && bin+=-base
-      with_pack_libs timeout "${SERVE8_GPU_BENCH_TIMEOUT:-300}" "$bin" --out "$logs/attention_ab_${which}_$r.json" "$@" \
-        >>"$logs/attention_ab_$which.log" 2>&1 || echo "gpu.sh ab-attention: the $which binary failed in round $r"
-    done
-  done
+  ab_bench() {  # WHICH ROUND BIN ARGS...
+    local which="$1" r="$2" bin="$3"
+    shift 3
+    with_pack_libs timeout "${SERVE8_GPU_BENCH_TIMEOUT:-300}" "$bin" --out "$logs/attention_ab_${which}_$r.json" "$@" \
+      >>"$logs/attention_ab_$which.log" 2>&1
+  }
+  ab_rounds bench_attention "$logs" ab_bench "$@" || return 1
   python3 - "$logs" <<'PY'
 import glob, json, statistics, sys
 rows = {}
@@ -377,7 +383,8 @@ case "$verb" in
   e2e) exec bash "$root/scripts/gpu/e2e.sh" "$@" ;;
   peer) exec bash "$root/scripts/gpu/peer.sh" "$@" ;;
   seed) exec bash "$root/scripts/gpu/seed.sh" "$@" ;;
-  *) echo "usage: scripts/gpu.sh pack | pack-gguf | pack-base COMMIT | test [gtest args] | e2e [STEP...]" \
-       "| bench [bench_attention args] | gemm [args] | ab SERVE8_COMMAND [args] | peer [STEP...] | seed [N] | stash-gguf" >&2
+  *) echo "usage: scripts/gpu.sh pack | pack-gguf | pack-base COMMIT [TARGET...] | test [gtest args] | e2e [STEP...]" \
+       "| bench [bench_attention args] | gemm [args] | ab SERVE8_COMMAND [args] | ab-attention [args] | peer [STEP...]" \
+       "| seed [N] | stash-gguf" >&2
      exit 2 ;;
 esac
