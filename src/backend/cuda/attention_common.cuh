@@ -284,6 +284,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "memory");
 }
 
+// An 8x8 16-bit matrix held as lane l's (row l/4, cols 2(l%4), +1), transposed across the warp:
+// lane l receives (rows 2(l%4), +1 of col l/4).
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// 2^x with subnormal results flushed to zero (one MUFU.EX2; exp2f adds range fix-ups): for
+// softmax weights, where what falls below 2^-126 of the maximum counts for nothing.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // exp2 that treats a -inf maximum (nothing seen yet) as contributing zero.
 __device__ __forceinline__ float safe_exp2(float x, float m) { return m == -INFINITY ? 0.0f : exp2f(x - m); }
 

@@ -8,15 +8,16 @@
 // of bf16) before computing step i, and synchronizes only within itself. Page offsets are read
 // once per step, one lane per row, and shuffled to the lanes that copy the row.
 //
-// The group's query heads are the rows of a 16-row MMA tile (m16n8k16), so one K/V row serves the
-// whole GQA group. Operands are built in registers straight from the staged bytes: FP8 by
-// cvt.rn.f16x2.e4m3x2 (E4M3) or byte placement (E5M2), both exact in fp16; bf16/fp16 as stored.
-// That needs no ldmatrix and no converted copy in shared memory because the head dimension is
-// permuted: a dot product does not care in which order d is summed, so for S = Q K^T each thread
-// reads whole 16-byte chunks of a K row and the query is loaded in the same permuted order; for
-// O^T = V^T P^T (d as MMA rows, heads as the 8 columns: half the MMAs of O = P V, whose 16 rows
-// would hold at most 8 heads) each thread owns a contiguous run of d for every token it multiplies
-// (a byte pair from two tokens makes one operand register), and d is un-permuted at the end.
+// The step's 16 tokens are the rows of an MMA tile (m16n8k16) and the group's query heads its 8
+// columns, so one K/V row serves the whole GQA group: S^T = K Q^T takes the K rows as the A operand
+// (one MMA per 16 d, no zero rows), and O^T = V^T P^T (d as MMA rows, heads as columns) takes P^T,
+// which movmatrix transposes out of S^T's accumulators. Operands are built in registers straight
+// from the staged bytes: FP8 by cvt.rn.f16x2.e4m3x2 (E4M3) or byte placement (E5M2), both exact
+// in fp16; bf16/fp16 by ldmatrix. For one-byte values that needs no converted copy in shared memory
+// because the head dimension is permuted: a dot product does not care in which order d is summed,
+// so each thread reads whole 16-byte chunks of its two K rows and the query is loaded in the same
+// order; for O^T each thread owns a contiguous run of d for every token it multiplies (a byte pair
+// from two tokens makes one operand register), and d is un-permuted at the end.
 // Chunks are XOR-swizzled per row so that these reads are free of bank conflicts (head dim 128;
 // FP8 at head dim 64 keeps a two-way conflict on V).
 //
@@ -121,13 +122,20 @@ struct DecodeStream {
   }
 };
 
-// Operand registers from staged bytes.
-template <DType kKv>
-__device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t two_bytes_low) {
+// Operand registers from staged bytes: FP8 bytes 0 and 1 of the word (2 and 3 when kHigh).
+template <DType kKv, bool kHigh = false>
+__device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t bytes) {
   if constexpr (kKv == DType::kFP8E4M3) {
-    return KvTraits<DType::kFP8E4M3>::cvt2_bits(two_bytes_low & 0xffffu);
+    // The half as a 16-bit register: a shift would cost an instruction a conversion.
+    uint32_t h;
+    if constexpr (kHigh) {
+      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;}\n" : "=r"(h) : "r"(bytes));
+    } else {
+      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}\n" : "=r"(h) : "r"(bytes));
+    }
+    return h;
   } else {
-    return __byte_perm(two_bytes_low, 0, 0x1404);  // E5M2 bytes as the high bytes of fp16
+    return __byte_perm(bytes, 0, kHigh ? 0x3424 : 0x1404);  // E5M2 bytes as the high bytes of fp16
   }
 }
 
@@ -283,9 +291,10 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   for (int s = 0; s < kStages - 1; ++s) issue(s, slots[s]);
   int next_slot = slots[kStages - 1];
 
-  // Q in the permuted d order of the K reads; rows 8..15 of the tile (and rows past g) are zero.
+  // Q^T (the B operand, head gid as column gid) in the d order of the K reads; heads past g are zero.
   uint32_t qf[kD / 16][2];
-  float qsum = 0.0f;  // int4: the sum of head gid's q operands, which each row's minimum multiplies
+  // int4: the sum of a head's q operands, which each row's minimum multiplies (heads 2 t4, 2 t4 + 1).
+  float qsum[2] = {0.0f, 0.0f}, qsum_gid = 0.0f;
   {
     const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
 #pragma unroll
@@ -300,17 +309,22 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float2 f = half2_bits_to_float2(qf[kc][r]);
-          qsum += f.x + f.y;
+          qsum_gid += f.x + f.y;
         }
       } else {
-        const int d0 = L::k_dim(t4, 4 * kc);
+        // One byte a value: d as the thread reads its K words; 16-bit: as ldmatrix hands them out.
+        const int d0 = L::kElemBytes == 1 ? L::k_dim(t4, 4 * kc) : 16 * kc + 2 * t4;
+        const int d1 = L::kElemBytes == 1 ? d0 + 2 : d0 + 8;
         qf[kc][0] = gid < g ? q_operand<kF16>(qp + d0) : 0u;
-        qf[kc][1] = gid < g ? q_operand<kF16>(qp + d0 + 2) : 0u;
+        qf[kc][1] = gid < g ? q_operand<kF16>(qp + d1) : 0u;
       }
     }
     if constexpr (L::kI4) {
-      qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
-      qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+      qsum_gid += __shfl_xor_sync(0xffffffffu, qsum_gid, 1);
+      qsum_gid += __shfl_xor_sync(0xffffffffu, qsum_gid, 2);
+      // This thread's score columns are heads 2 t4 and 2 t4 + 1: their quads' sums.
+      qsum[0] = __shfl_sync(0xffffffffu, qsum_gid, 8 * t4);
+      qsum[1] = __shfl_sync(0xffffffffu, qsum_gid, 8 * t4 + 4);
     }
   }
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
@@ -320,8 +334,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   float ot[kD / 16][4];
 #pragma unroll
   for (int mt = 0; mt < kD / 16; ++mt) ot[mt][0] = ot[mt][1] = ot[mt][2] = ot[mt][3] = 0.0f;
-  float m = -INFINITY, l = 0.0f;  // of head (row) gid
-  float mn = 0.0f;                // int4: sum over tokens of p * V's row minimum, head gid
+  // Heads 2 t4 and 2 t4 + 1: the running maximum (the same in the column's 8 lanes), this lane's
+  // share of the sum of p and (int4) of the sum of p times V's row minimum.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
 
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
@@ -331,14 +346,14 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     const int t0 = start + (warp + 4 * it) * kStep;
     const unsigned char* s_k = warp_ptr + (it % kStages) * L::kStageBytes;
     const unsigned char* s_v = s_k + L::kTileBytes;
-    // int8: each row's fp16 scale; int4: its fp16 scale and minimum. Of the thread's tokens
-    // 2 t4 + {0, 1, 8, 9}: S's columns and P^T's k indices alike.
-    float ks[4] = {1.0f, 1.0f, 1.0f, 1.0f}, kmin[4] = {}, vs[4] = {1.0f, 1.0f, 1.0f, 1.0f}, vmin[4] = {};
+    // The thread's tokens are gid and gid + 8 of the step (S^T's rows): int8 keeps each row's fp16
+    // scale, int4 its fp16 scale and minimum.
+    float ks[2] = {1.0f, 1.0f}, kmin[2] = {}, vs[2] = {1.0f, 1.0f}, vmin[2] = {};
     if constexpr (L::kRowParams) {
       const uint32_t* s_par = reinterpret_cast<const uint32_t*>(s_v + L::kTileBytes);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tok = 2 * t4 + (i & 1) + (i >> 1) * 8;
+      for (int i = 0; i < 2; ++i) {
+        const int tok = gid + 8 * i;
         if constexpr (L::kI4) {
           const float2 kf = half2_bits_to_float2(s_par[2 * tok]), vf = half2_bits_to_float2(s_par[2 * tok + 1]);
           ks[i] = kf.x;
@@ -353,106 +368,132 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       }
     }
 
-    // S = Q · K^T for the step's 16 tokens: n-tile nt holds tokens 8 nt + gid (B operand rows).
-    float s[2][4];
+    // S^T = K · Q^T for the step's 16 tokens (the MMA's rows; K's rows are the A operand as staged)
+    // and the group's heads (its 8 columns): st[0], st[1] are token gid's scores for heads 2 t4 and
+    // 2 t4 + 1, st[2], st[3] token gid + 8's. One m16n8k16 a 16-wide slice of d.
+    float st[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (L::kI4) {
+      uint32_t w[2][L::kI4KWords];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int r = nt * 8 + gid;
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      if constexpr (L::kI4) {
-        uint32_t w[L::kI4KWords];
-        const int byte = t4 * (kD / 8);
+      for (int i = 0; i < 2; ++i) {
+        const int r = gid + 8 * i, byte = t4 * (kD / 8);
         const unsigned char* at = s_k + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
         if constexpr (L::kI4KWords == 4) {
           const uint4 c = *reinterpret_cast<const uint4*>(at);
-          w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
+          w[i][0] = c.x, w[i][1] = c.y, w[i][2] = c.z, w[i][3] = c.w;
         } else {
           const uint2 c = *reinterpret_cast<const uint2*>(at);
-          w[0] = c.x, w[1] = c.y;
+          w[i][0] = c.x, w[i][1] = c.y;
         }
+      }
 #pragma unroll
-        for (int kc = 0; kc < kD / 16; ++kc) {
-          const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
-          const int n0 = 2 * (kc % 2);
-          const uint32_t wn = w[kc / 2] >> (4 * n0);  // nibbles n0 and n0 + 1 in bits 0-7 (and 16-23)
-          mma_16816<kF16>(s[nt], a, i4x2_to_half2_at<0>(wn), i4x2_to_half2_at<4>(wn));
-        }
-      } else {
-        uint32_t w[L::kKChunks * 4];
+      for (int kc = 0; kc < kD / 16; ++kc) {
+        // Nibbles n0 and n0 + 1 of word kc / 2 in bits 0-7 (and 16-23).
+        const int shift = 8 * (kc % 2);
+        const uint32_t w0 = w[0][kc / 2] >> shift, w1 = w[1][kc / 2] >> shift;
+        const uint32_t a[4] = {i4x2_to_half2_at<0>(w0), i4x2_to_half2_at<0>(w1), i4x2_to_half2_at<4>(w0),
+                               i4x2_to_half2_at<4>(w1)};
+        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
+      }
+    } else if constexpr (L::kFp8) {
+      uint32_t w[2][L::kKChunks * 4];
 #pragma unroll
-        for (int i = 0; i < L::kKChunks; ++i) {
-          const uint4 c =
-              *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, i)) * 16);
-          w[4 * i] = c.x;
-          w[4 * i + 1] = c.y;
-          w[4 * i + 2] = c.z;
-          w[4 * i + 3] = c.w;
+      for (int i = 0; i < 2; ++i) {
+        const int r = gid + 8 * i;
+#pragma unroll
+        for (int c = 0; c < L::kKChunks; ++c) {
+          const uint4 v =
+              *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, c)) * 16);
+          w[i][4 * c] = v.x;
+          w[i][4 * c + 1] = v.y;
+          w[i][4 * c + 2] = v.z;
+          w[i][4 * c + 3] = v.w;
         }
         if constexpr (L::kI8) {
 #pragma unroll
-          for (uint32_t& x : w) x ^= 0x80808080u;  // biased codes: one flip a word, not one a pair
-        }
-#pragma unroll
-        for (int kc = 0; kc < kD / 16; ++kc) {
-          const uint32_t a[4] = {qf[kc][0], 0u, qf[kc][1], 0u};
-          if constexpr (L::kI8) {
-            mma_16816<kF16>(s[nt], a, biased_i8x2_to_half2<false>(w[kc]), biased_i8x2_to_half2<true>(w[kc]));
-          } else if constexpr (L::kFp8) {
-            mma_16816<kF16>(s[nt], a, fp8x2_to_half2<kKv>(w[kc]), fp8x2_to_half2<kKv>(w[kc] >> 16));
-          } else {
-            mma_16816<kF16>(s[nt], a, w[2 * kc], w[2 * kc + 1]);
-          }
+          for (uint32_t& x : w[i]) x ^= 0x80808080u;  // biased codes: one flip a word, not one a pair
         }
       }
-    }
-    // Online softmax of row gid over the step; the quad's four lanes share the row.
-    float mx = m;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+      for (int kc = 0; kc < kD / 16; ++kc) {
+        uint32_t a[4];
+        if constexpr (L::kI8) {
+          a[0] = biased_i8x2_to_half2<false>(w[0][kc]);
+          a[1] = biased_i8x2_to_half2<false>(w[1][kc]);
+          a[2] = biased_i8x2_to_half2<true>(w[0][kc]);
+          a[3] = biased_i8x2_to_half2<true>(w[1][kc]);
+        } else {
+          a[0] = fp8x2_to_half2<kKv>(w[0][kc]);
+          a[1] = fp8x2_to_half2<kKv>(w[1][kc]);
+          a[2] = fp8x2_to_half2<kKv, true>(w[0][kc]);
+          a[3] = fp8x2_to_half2<kKv, true>(w[1][kc]);
+        }
+        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
+      }
+    } else {
+      // bf16/fp16: ldmatrix puts tokens 0-7 / 8-15 (lanes 0-7 / 8-15) of chunk 2 kc and then of
+      // chunk 2 kc + 1 (lanes 16-31) in the A operand's four registers.
+      const int r = lane % 16;
+#pragma unroll
+      for (int kc = 0; kc < kD / 16; ++kc) {
+        uint32_t a[4];
+        ldmatrix_x4(a, s_k + r * L::kRowBytes + L::swizzle(r, 2 * kc + lane / 16) * 16);
+        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
+      }
+    }
+    // Online softmax of heads 2 t4 and 2 t4 + 1 (column e): each lane holds two of a step's tokens,
+    // the 8 lanes of a column the rest.
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool valid = t0 + gid + 8 * i < end;
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         // The row's scale (and minimum times the sum of q) turn q . codes into q . k; the other
         // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
-        float qk = s[nt][e];
+        float qk = st[2 * i + e];
         if constexpr (L::kI4) {
-          qk = fmaf(qk, ks[2 * nt + e], kmin[2 * nt + e] * qsum);
+          qk = fmaf(qk, ks[i], kmin[i] * qsum[e]);
         } else if constexpr (L::kI8) {
-          qk *= ks[2 * nt + e];
+          qk *= ks[i];
         }
-        const float v = t0 + nt * 8 + 2 * t4 + e < end ? qk * sc : -INFINITY;
-        s[nt][e] = v;
-        mx = fmaxf(mx, v);
+        const float v = valid ? qk * sc : -INFINITY;
+        st[2 * i + e] = v;
+        mx[e] = fmaxf(mx[e], v);
       }
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float corr = safe_exp2(m, mx);
-    m = mx;
-    l *= corr;
-    mn *= corr;
-    // This thread's output columns are heads 2 t4 and 2 t4 + 1: their quads' corrections.
-    const float corr0 = __shfl_sync(0xffffffffu, corr, 8 * t4), corr1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+    float corr[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int x = 4; x < 32; x *= 2) mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], x));
+      corr[e] = exp2_ftz(m[e] - mx[e]);  // mx is finite: every step has a valid token
+      m[e] = mx[e];
+      l[e] *= corr[e];
+      mn[e] *= corr[e];
+    }
 #pragma unroll
     for (int mt = 0; mt < kD / 16; ++mt) {
-      ot[mt][0] *= corr0;
-      ot[mt][1] *= corr1;
-      ot[mt][2] *= corr0;
-      ot[mt][3] *= corr1;
+      ot[mt][0] *= corr[0];
+      ot[mt][1] *= corr[1];
+      ot[mt][2] *= corr[0];
+      ot[mt][3] *= corr[1];
     }
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+    for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[nt][e] = safe_exp2(s[nt][e], mx);
-        l += s[nt][e];
-        if constexpr (L::kI4) mn = fmaf(s[nt][e], vmin[2 * nt + e], mn);
+        const float pe = exp2_ftz(st[2 * i + e] - mx[e]);
+        st[2 * i + e] = pe;
+        l[e] += pe;
+        if constexpr (L::kI4) mn[e] = fmaf(pe, vmin[i], mn[e]);
       }
     }
-    // O^T += V^T · P^T. The k index is the token (2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9), as S's
-    // columns, so S's accumulators of head gid are P^T's operand for column gid as they are.
-    // V's row scales fold into P (int8, int4); l stays the sum of p.
-    const uint32_t pb0 = pack_operand<kF16>(s[0][0] * vs[0], s[0][1] * vs[1]),
-                   pb1 = pack_operand<kF16>(s[1][0] * vs[2], s[1][1] * vs[3]);
+    // O^T += V^T · P^T. P's 8 x 8 halves (tokens 0-7, 8-15 by heads) transposed by movmatrix are
+    // P^T's operand: tokens 2 t4, 2 t4 + 1 (and + 8) of head gid. V's row scales fold into P
+    // (int8, int4); l stays the sum of p.
+    const uint32_t pb0 = movmatrix_trans(pack_operand<kF16>(st[0] * vs[0], st[1] * vs[0])),
+                   pb1 = movmatrix_trans(pack_operand<kF16>(st[2] * vs[1], st[3] * vs[1]));
     constexpr int kVw = L::kI4 ? (L::kI4VBytes + 3) / 4 : L::kVWords;
     uint32_t vw[4][kVw];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
 #pragma unroll
@@ -503,13 +544,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         return u % 2 ? i4x2_to_half2_at<4>(two) : i4x2_to_half2_at<0>(two);
       }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
-      if constexpr (L::kI8) {
-        // The two tokens' biased bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
+      if constexpr (L::kFp8) {
+        // The two tokens' bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
         const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
-        return u % 2 ? biased_i8x2_to_half2<true>(two) : biased_i8x2_to_half2<false>(two);
-      } else if constexpr (L::kFp8) {
-        const int byte = u % 4;  // the two tokens' bytes of value u, side by side
-        return fp8x2_to_half2<kKv>(__byte_perm(x, y, byte | ((byte + 4) << 4)));
+        if constexpr (L::kI8) return u % 2 ? biased_i8x2_to_half2<true>(two) : biased_i8x2_to_half2<false>(two);
+        return u % 2 ? fp8x2_to_half2<kKv, true>(two) : fp8x2_to_half2<kKv>(two);
       } else {
         return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);
       }
@@ -521,11 +560,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     }
   }
   cp_async_wait<0>();
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if constexpr (L::kI4) {
-    mn += __shfl_xor_sync(0xffffffffu, mn, 1);
-    mn += __shfl_xor_sync(0xffffffffu, mn, 2);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+#pragma unroll
+    for (int x = 4; x < 32; x *= 2) {
+      l[e] += __shfl_xor_sync(0xffffffffu, l[e], x);
+      if constexpr (L::kI4) mn[e] += __shfl_xor_sync(0xffffffffu, mn[e], x);
+    }
   }
 
   // Merge the four warps' states through shared memory, un-permuting d.
@@ -540,10 +581,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     head0[L::v_dim(2 * mt + 1, gid)] = ot[mt][2];
     head1[L::v_dim(2 * mt + 1, gid)] = ot[mt][3];
   }
-  if (t4 == 0) {
-    s_m[half][warp][gid] = m;
-    s_l[half][warp][gid] = l;
-    if constexpr (L::kI4) s_mn[half][warp][gid] = mn;
+  if (gid == 0) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      s_m[half][warp][2 * t4 + e] = m[e];
+      s_l[half][warp][2 * t4 + e] = l[e];
+      if constexpr (L::kI4) s_mn[half][warp][2 * t4 + e] = mn[e];
+    }
   }
   __syncthreads();
   if (head_ok) {
