@@ -126,8 +126,8 @@ void fill_random(Backend& be, cudaStream_t s, void* dst, size_t bytes, DType t, 
   const size_t es = dtype_size(t);
   for (size_t i = 0; i + es <= block; i += es) {
     const float x = nd(gen);
-    if (t == DType::kI8 || t == DType::kI4) {  // codes: int8 within +-127, any int4 pair
-      h[i] = t == DType::kI8 ? static_cast<uint8_t>(static_cast<int8_t>(std::clamp(x * 40.0f, -127.0f, 127.0f)))
+    if (t == DType::kI8 || t == DType::kI4) {  // codes: int8 within +-127 (stored + 128), any int4 pair
+      h[i] = t == DType::kI8 ? static_cast<uint8_t>(128 + static_cast<int>(std::clamp(x * 40.0f, -127.0f, 127.0f)))
                              : static_cast<uint8_t>(gen());
     } else if (t == DType::kBF16) {
       const uint16_t v = f32_to_bf16(x);

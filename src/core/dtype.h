@@ -19,7 +19,9 @@
 
 namespace serve8 {
 
-// kI8: a KV storage format only, symmetric int8 with a scale per (token, KV head) beside the pool.
+// kI8: a KV storage format only, symmetric int8 codes (-127..127) with a scale per (token, KV head)
+// beside the pool, each stored offset by 128 (its top bit flipped): kernels then place the byte under
+// fp16's exponent as it is.
 // kI4: a KV storage format only, two 4-bit codes a byte with a scale and minimum per (token, KV
 // head) beside the pool; a kI4 tensor's shape counts bytes (head_dim / 2 in its last dimension).
 enum class DType : uint8_t { kF32, kBF16, kF16, kFP8E5M2, kFP8E4M3, kI32, kI8, kI4 };

@@ -91,7 +91,7 @@ struct HostArray {
       case DType::kFP8E4M3:
         return e4m3_to_f32(*p);
       case DType::kI8:
-        return static_cast<float>(static_cast<int8_t>(*p));  // before its row's scale
+        return static_cast<float>(static_cast<int>(*p) - 128);  // stored offset by 128; before its row's scale
       case DType::kI4:
         return static_cast<float>(*p);  // a byte of two codes: the attention tests decode int4 themselves
       case DType::kI32: {

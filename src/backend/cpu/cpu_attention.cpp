@@ -161,9 +161,11 @@ void kv_store_impl(const Tensor& k, const Tensor& v, const int32_t* slots, int64
           *param = f32_to_f16(std::min(amax / 127.0f, kF16Max));
           const float row_scale = f16_to_f32(*param);
           const float inv = row_scale > 0.0f ? 1.0f / row_scale : 0.0f;
-          for (int64_t i = 0; i < g.head_dim; ++i)
-            dst[i] =
-                static_cast<int8_t>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
+          for (int64_t i = 0; i < g.head_dim; ++i) {
+            const int code =
+                static_cast<int>(std::clamp(std::nearbyint(row[static_cast<size_t>(i)] * inv), -127.0f, 127.0f));
+            dst[i] = static_cast<int8_t>(code ^ 0x80);  // offset by 128 (dtype.h)
+          }
         } else {
           // A true division (not a multiply by 1/scale): the CUDA kernel divides too, bit for bit.
           S* dst = pool + at * g.head_dim;

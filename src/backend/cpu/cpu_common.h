@@ -67,7 +67,8 @@ inline float to_f32(Bf16 x) { return bf16_to_f32(x.bits); }
 inline float to_f32(Half x) { return f16_to_f32(x.bits); }
 inline float to_f32(Fp8E5M2 x) { return kE5M2Table[x.bits]; }
 inline float to_f32(Fp8E4M3 x) { return kE4M3Table[x.bits]; }
-inline float to_f32(int8_t x) { return static_cast<float>(x); }  // before its row's scale
+// An int8 KV code (stored with its top bit flipped), before its row's scale.
+inline float to_f32(int8_t x) { return static_cast<float>(static_cast<int8_t>(x ^ 0x80)); }
 
 template <typename T>
 inline T from_f32(float x);

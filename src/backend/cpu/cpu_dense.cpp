@@ -70,8 +70,8 @@ void gemm_f32_out(int64_t m, int64_t n, int64_t k, const float* x, const Tensor&
     const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{1} << 20) / k);
     std::vector<float> wbuf(static_cast<size_t>(std::min(n, rows_per_block) * k));
     dispatch_kv(w.dtype, "gemm", [&]<typename T>() {
-      if constexpr (std::is_same_v<T, Int4Pair>) {
-        fail("gemm: int4 is a KV format, not a weight dtype");
+      if constexpr (std::is_same_v<T, Int4Pair> || std::is_same_v<T, int8_t>) {
+        fail("gemm: {} is a KV format, not a weight dtype", dtype_name(w.dtype));
       } else {
         for (int64_t n0 = 0; n0 < n; n0 += rows_per_block) {
           const int64_t nb = std::min(rows_per_block, n - n0);

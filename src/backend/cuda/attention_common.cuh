@@ -142,15 +142,11 @@ __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t 
   return u;
 }
 
-// Two biased int8 codes (code + 128: the code's byte with its top bit flipped), bytes 0 and 1 of
-// the word (2 and 3 when kHigh), as an fp16 pair, exact: 1024 + byte, less 1152.
+// Two stored int8 codes (code + 128, dtype.h), bytes 0 and 1 of the word (2 and 3 when kHigh), as
+// an fp16 pair, exact: 1024 + byte, less 1152.
 template <bool kHigh = false>
-__device__ __forceinline__ uint32_t biased_i8x2_to_half2(uint32_t bytes) {
+__device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t bytes) {
   return hsub2_bits(__byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140), 0x64806480u);
-}
-// int8 codes (the low two bytes) as an fp16 pair, exact.
-__device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t two_bytes_low) {
-  return biased_i8x2_to_half2(two_bytes_low ^ 0x8080u);
 }
 // The 4-bit codes in bits kShift..kShift+3 and 16+kShift..16+kShift+3 (kShift 0 or 4) as an fp16
 // pair, exact: one lop3 ((w & mask) | 0x6400 0x6400, which the compiler would split in two) puts
@@ -174,21 +170,26 @@ __device__ __forceinline__ uint32_t i4x2_to_half2(uint32_t nibbles) { return i4x
 template <>
 struct KvTraits<DType::kI8> {
   struct Raw8 {
-    uint2 c;  // eight int8 codes
-    float s;  // the row's scale (stored in fp16)
+    uint2 c;   // eight int8 codes
+    __half s;  // the row's scale, used only in to_half8: a prefetch must not wait for its load
   };
   static constexpr bool kMmaF16 = true;
   __device__ static Raw8 load(const void* pool, const void* params, bool is_v, int64_t row, int d, int col) {
     return Raw8{*reinterpret_cast<const uint2*>(static_cast<const int8_t*>(pool) + row * d + col),
-                __half2float(static_cast<const __half*>(params)[2 * row + is_v])};
+                static_cast<const __half*>(params)[2 * row + is_v]};
   }
   __device__ static uint4 to_half8(const Raw8& r) {
     uint32_t h[4];
     const uint32_t u[2] = {r.c.x, r.c.y};
+    // code x scale rounded once to fp16, as in fp32 then rounded: the product is exact either way.
+    const __half2 s = __half2half2(r.s);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 f = half2_bits_to_float2(i8x2_to_half2(u[i / 2] >> (16 * (i % 2))));
-      h[i] = pack_half2(f.x * r.s, f.y * r.s);
+      __half2 c;
+      const uint32_t bits = i8x2_to_half2(u[i / 2] >> (16 * (i % 2)));
+      memcpy(&c, &bits, 4);
+      const __half2 v = __hmul2(c, s);
+      memcpy(&h[i], &v, 4);
     }
     return uint4{h[0], h[1], h[2], h[3]};
   }

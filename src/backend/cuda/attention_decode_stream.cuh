@@ -25,9 +25,9 @@
 // merge by log-sum-exp in the last split block to finish (merge_splits_in_last_block).
 //
 // int8 and int4 pools stage each row pair's fp16 parameters behind the tiles; codes become fp16
-// operands exactly (int8 like a byte under fp16's exponent, int4 likewise), K's scale multiplies the
-// scores (int4: plus its minimum times the sum of q), V's scale multiplies P, and int4's V minimum
-// adds p * minimum to a per-head sum merged like l.
+// operands exactly (an int8 code's stored byte under fp16's exponent, int4's nibbles likewise),
+// K's scale multiplies the scores (int4: plus its minimum times the sum of q), V's scale multiplies
+// P, and int4's V minimum adds p * minimum to a per-head sum merged like l.
 #pragma once
 
 #include <type_traits>
@@ -409,19 +409,15 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
           w[i][4 * c + 2] = v.z;
           w[i][4 * c + 3] = v.w;
         }
-        if constexpr (L::kI8) {
-#pragma unroll
-          for (uint32_t& x : w[i]) x ^= 0x80808080u;  // biased codes: one flip a word, not one a pair
-        }
       }
 #pragma unroll
       for (int kc = 0; kc < kD / 16; ++kc) {
         uint32_t a[4];
         if constexpr (L::kI8) {
-          a[0] = biased_i8x2_to_half2<false>(w[0][kc]);
-          a[1] = biased_i8x2_to_half2<false>(w[1][kc]);
-          a[2] = biased_i8x2_to_half2<true>(w[0][kc]);
-          a[3] = biased_i8x2_to_half2<true>(w[1][kc]);
+          a[0] = i8x2_to_half2<false>(w[0][kc]);
+          a[1] = i8x2_to_half2<false>(w[1][kc]);
+          a[2] = i8x2_to_half2<true>(w[0][kc]);
+          a[3] = i8x2_to_half2<true>(w[1][kc]);
         } else {
           a[0] = fp8x2_to_half2<kKv>(w[0][kc]);
           a[1] = fp8x2_to_half2<kKv>(w[1][kc]);
@@ -527,13 +523,6 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         }
       }
     }
-    if constexpr (L::kI8) {
-#pragma unroll
-      for (int q4 = 0; q4 < 4; ++q4) {
-#pragma unroll
-        for (uint32_t& x : vw[q4]) x ^= 0x80808080u;
-      }
-    }
     // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
     const auto pair = [&](int q4, int u) -> uint32_t {
       if constexpr (L::kI4) {
@@ -547,7 +536,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       if constexpr (L::kFp8) {
         // The two tokens' bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
         const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
-        if constexpr (L::kI8) return u % 2 ? biased_i8x2_to_half2<true>(two) : biased_i8x2_to_half2<false>(two);
+        if constexpr (L::kI8) return u % 2 ? i8x2_to_half2<true>(two) : i8x2_to_half2<false>(two);
         return u % 2 ? fp8x2_to_half2<kKv, true>(two) : fp8x2_to_half2<kKv>(two);
       } else {
         return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);

@@ -85,7 +85,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
 #pragma unroll
     for (int j = 0; j < kE; ++j) {
       const int c = static_cast<int>(fminf(fmaxf(rintf(__fmul_rn(x[j], inv)), -127.0f), 127.0f));
-      packed |= (static_cast<uint32_t>(c) & 0xffu) << (8 * j);
+      packed |= ((static_cast<uint32_t>(c) ^ 0x80u) & 0xffu) << (8 * j);  // offset by 128 (dtype.h)
     }
     auto* dst = static_cast<int8_t*>(is_v ? p.v_pool : p.k_pool) + at * kD + lane * kE;
     if constexpr (kE == 4) {
