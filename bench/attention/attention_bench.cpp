@@ -8,7 +8,7 @@
 //
 // --slots: a sequence's pages of 16 slots drawn at random over the pool (default: a long-running
 // server's) or in order (a fresh pool's allocation).
-// --decode-heads: KV heads per decode block for the pools that may pair them (FP8, int8; default:
+// --decode-heads: KV heads per decode block for the pools that may pair them (FP8; default:
 // the plan's choice), to time one choice against the other.
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several).

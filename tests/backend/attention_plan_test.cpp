@@ -37,9 +37,9 @@ TEST(AttentionPlan, DecodeDependsOnTheLaunchShapeOnly) {
   EXPECT_EQ(b64.partial_floats(64, llama3), 0u);
   // bf16 rows are 256 bytes: one head a block always.
   EXPECT_EQ(plan_decode(64, h200(DType::kBF16, 32, 8), {}).heads_per_block, 1);
-  // int8 pairs heads when asked (its rows are a byte a value too), int4 and bf16 never.
+  // Only FP8 pairs heads, even when asked.
   EXPECT_EQ(plan_decode(64, h200(DType::kI8, 32, 8), {}).heads_per_block, 1);
-  EXPECT_EQ(plan_decode(64, h200(DType::kI8, 32, 8), AttentionOptions{2, 0}).heads_per_block, 2);
+  EXPECT_EQ(plan_decode(64, h200(DType::kI8, 32, 8), AttentionOptions{2, 0}).heads_per_block, 1);
   EXPECT_EQ(plan_decode(64, h200(DType::kI4, 32, 8), AttentionOptions{2, 0}).heads_per_block, 1);
   EXPECT_EQ(plan_decode(64, h200(DType::kBF16, 32, 8), AttentionOptions{2, 0}).heads_per_block, 1);
   const DecodePlan forced = plan_decode(1, llama3, AttentionOptions{2, 16});

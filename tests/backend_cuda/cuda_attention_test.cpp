@@ -50,7 +50,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
   const auto [d, group, dt] = GetParam();
   const bool rotated = kv_dtype_is_rotated(dt);
   if (rotated && d == 8) GTEST_SKIP() << "int8/int4 KV runs on the tensor-core kernels only (head_dim 64, 128)";
-  // Odd groups get an odd KV head count: the FP8 and int8 decode kernel may serve two KV heads per
+  // Odd groups get an odd KV head count: the FP8 decode kernel may serve two KV heads per
   // block, and the last block's second half has none.
   const int hkv = d == 8 ? 4 : (group % 2 == 1 ? 3 : 2);
   const int hq = group * hkv;
@@ -167,12 +167,12 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
             << what << ", run " << rep << ", batch " << bi;
       }
     };
-    // One-byte pools' decode with the other KV-heads-per-block choice than this small grid gets (two
-    // heads per block: decode_heads_per_block picks it for large FP8 batches only).
+    // FP8 decode with the other KV-heads-per-block choice than this small grid gets (two heads per
+    // block: decode_heads_per_block picks it for large batches only).
     const bool pairs = decode_pairs_heads(dt);
     if (d != 8 && pairs) check_alt(AttentionOptions{2, 0}, 1, "decode with two KV heads per block");
     // Split merges, with 16-token splits so that every sequence of this small grid splits, with one
-    // and (FP8, int8) two KV heads per block; twice, since the fused merge's split counters must be back
+    // and (FP8) two KV heads per block; twice, since the fused merge's split counters must be back
     // at zero after a launch.
     for (int heads : {1, 2}) {
       if (d == 8 || (heads == 2 && !pairs)) break;

@@ -613,7 +613,7 @@ void launch_decode_stream_kernel(const AttentionParams& p, cudaStream_t stream) 
 }
 
 // Calls f(std::integral_constant<int, kHeads>) for `heads` KV heads per block: 2 exists for FP8
-// and int8 pools only (decode_pairs_heads).
+// pools only (decode_pairs_heads).
 template <DType kKv, typename F>
 auto with_decode_heads(int heads, F&& f) {
   if constexpr (decode_pairs_heads(kKv)) {
