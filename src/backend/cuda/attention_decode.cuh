@@ -1,8 +1,10 @@
 // The decode kernel's block geometry and its split partials: which tokens a block of a decode
-// launch covers, how it writes its result, and the log-sum-exp weights that merge the splits.
+// launch covers, how it writes its result, the log-sum-exp weights that merge the splits, and the
+// merge itself in the last split block to finish.
 #pragma once
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/decode_splits.h"
 
@@ -94,6 +96,76 @@ __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, con
       acc += (s_o[(r * kMaxGroup + j) * kD + d] + (s_mn ? s_mn[r * kMaxGroup + j] : 0.0f)) * wt;
     }
     decode_write<kD>(p, w, g, j, d, sum > 0.0f ? acc / sum : 0.0f, sum > 0.0f ? mx + log2f(sum) : -INFINITY, v_scale);
+  }
+}
+
+// sum_s w[s] * first[s * stride] over n splits, kInFlight loads issued before the first use: the
+// partials sit in L2, and a merge that waits on one load at a time pays n L2 round trips.
+__device__ __forceinline__ float4 weighted_split_sum(const float4* first, int64_t stride, const float* w, int n) {
+  constexpr int kInFlight = 8;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < n; s0 += kInFlight) {
+    float4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      v[u] = s0 + u < n ? __ldcg(first + (s0 + u) * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const float wt = s0 + u < n ? w[s0 + u] : 0.0f;
+      o.x = fmaf(wt, v[u].x, o.x);
+      o.y = fmaf(wt, v[u].y, o.y);
+      o.z = fmaf(wt, v[u].z, o.z);
+      o.w = fmaf(wt, v[u].w, o.w);
+    }
+  }
+  return o;
+}
+
+// The fused merge: after its partials, each split block counts itself in; the last of a
+// (sequence, block of KV heads) to arrive merges all the splits (the classic threadfence
+// reduction), so no second kernel is launched. smem is the block's stage memory, free by now.
+// Every warp works on the merge: first a warp per query head finds the split weights, then each
+// thread owns 4 consecutive d of one query head and sums the splits' float4 partials
+// (weighted_split_sum), so a GQA group's heads merge side by side instead of one after another.
+template <int kD, int kHeads>
+__device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
+                                                           unsigned char* smem) {
+  constexpr int kW = kDecodeMaxSplits + 1;  // weights of a query head, then its output scale
+  constexpr int kMaxGroup = kAttentionMaxGroup;
+  float* s_w = reinterpret_cast<float*>(smem);
+  int* s_last = reinterpret_cast<int*>(smem) + kHeads * kMaxGroup * kW;
+  __threadfence();  // this block's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.split_counters + blockIdx.y * gridDim.x + blockIdx.x;
+    const bool last = atomicAdd(counter, 1) == n_split - 1;
+    if (last) *counter = 0;  // every split has arrived: ready for the next launch
+    *s_last = last;
+  }
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();
+  const int kvh0 = blockIdx.x * kHeads;
+  const int n_heads = min(kHeads, p.num_kv_heads - kvh0) * g;  // query heads of the block
+  const int hq0 = kvh0 * g;
+  const int64_t split_stride = int64_t{p.num_seqs} * p.num_q_heads;
+  const int64_t row0 = int64_t{b} * p.num_q_heads + hq0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int j = warp; j < n_heads; j += blockDim.x / 32) split_weights(p, row0 + j, n_split, lane, s_w + j * kW);
+  __syncthreads();
+  const int q_begin = p.qo_indptr[b];
+  for (int e = threadIdx.x; e < n_heads * (kD / 4); e += blockDim.x) {
+    const int j = e / (kD / 4), d = (e % (kD / 4)) * 4;
+    const float* wts = s_w + j * kW;
+    const float4 o = weighted_split_sum(reinterpret_cast<const float4*>(p.partial_o + (row0 + j) * kD + d),
+                                        split_stride * kD / 4, wts, n_split);
+    const float scale = wts[kDecodeMaxSplits];
+    uint2 packed;
+    packed.x = pack_bf16x2(o.x * scale, o.y * scale);
+    packed.y = pack_bf16x2(o.z * scale, o.w * scale);
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq0 + j) * kD + d) =
+        packed;
   }
 }
 
