@@ -97,6 +97,7 @@ int run_bench_offline(BenchOfflineArgs a) {
                       {"kv_cache_dtype", dtype_name(engine->kv_config().dtype)},
                       {"max_total_num_tokens", engine->kv_config().num_slots - 1},
                       {"peak_running_requests", st.peak_running},
+                      {"num_retractions", st.num_retractions},
                       {"successful_requests", ok},
                       {"duration", duration},
                       {"total_input_tokens", input_tokens},
@@ -125,6 +126,7 @@ int run_bench_offline(BenchOfflineArgs a) {
   fmt::print("{:<40}{:<10.2f}\n", "Mean E2E latency (ms):", 1e3 * mean(latency));
   fmt::print("{:<40}{:<10}\n", "KV pool (tokens):", engine->kv_config().num_slots - 1);
   fmt::print("{:<40}{:<10}\n", "Peak running requests:", st.peak_running);
+  fmt::print("{:<40}{:<10}\n", "Retractions:", st.num_retractions);
   fmt::print("{:=^50}\n", "");
   if (!a.result_filename.empty()) {
     std::ofstream out(a.result_filename, std::ios::app);

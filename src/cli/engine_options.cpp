@@ -72,6 +72,9 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "most prompt tokens of one request per step");
   app.add_option("--max-prefill-tokens", a.scheduler.max_prefill_tokens, "most prompt tokens per step");
   app.add_flag("--disable-radix-cache", a.scheduler.disable_radix_cache, "turn the prefix cache off");
+  app.add_option("--schedule-conservativeness", a.scheduler.schedule_conservativeness,
+                 "room admission keeps for running requests' future tokens, as SGLang's (0: one token each)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
                  "decode steps of up to this many requests replay CUDA graphs (capped by --max-running-requests)")
       ->check(CLI::PositiveNumber);

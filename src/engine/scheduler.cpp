@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -12,6 +13,19 @@
 #include "tokenizer/tokenizer.h"
 
 namespace serve8 {
+namespace {
+
+// SGLang's defaults for the decode reservation (SchedulerConfig::schedule_conservativeness), and
+// the most of a request's max_new_tokens it counts, so a huge limit does not stall admission.
+constexpr double kInitNewTokenRatio = 0.7;
+constexpr double kMinNewTokenRatioFactor = 0.14;
+constexpr double kNewTokenRatioDecaySteps = 600.0;
+constexpr int64_t kMaxNewTokensEstimate = 4096;
+// After a retraction the ratio is the running requests' decoded share of their limits, counting
+// this many more tokens each.
+constexpr int64_t kRetractDecodeSteps = 20;
+
+}  // namespace
 
 std::string finish_reason_name(FinishReason r) {
   switch (r) {
@@ -46,6 +60,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, LlamaModel& model, KvCache& 
       kv.config().max_requests >= config.max_running_requests && kv.config().max_context_len >= config.context_length,
       "the KV cache's request table ({} rows of {} tokens) is smaller than the scheduler's limits ({} of {})",
       kv.config().max_requests, kv.config().max_context_len, config.max_running_requests, config.context_length);
+  SERVE8_CHECK(config.schedule_conservativeness >= 0.0, "--schedule-conservativeness must be >= 0, not {}",
+               config.schedule_conservativeness);
+  ratio_init_ = std::min(kInitNewTokenRatio * config.schedule_conservativeness, 1.0);
+  ratio_min_ = ratio_init_ * kMinNewTokenRatioFactor;
+  ratio_decay_ = (ratio_init_ - ratio_min_) / kNewTokenRatioDecaySteps;
+  new_token_ratio_ = ratio_init_;
   eos_ids_ = model.config().eos_token_ids;
   if (tokenizer) {
     for (int id : tokenizer->eos_ids())
@@ -130,6 +150,7 @@ int Scheduler::step() {
   counters_.num_steps++;
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
+    new_token_ratio_ = std::max(ratio_min_, new_token_ratio_ - ratio_decay_);
     const double host = counters_.last_step_seconds - last_device_seconds_;
     const auto kv_tokens = static_cast<int64_t>(batch_.kv_indptr.back());
     counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);
@@ -183,16 +204,31 @@ std::vector<Scheduler::Row> Scheduler::schedule() {
     if (remaining > 1) budget -= q;
     rows.push_back(Row{r, q, r->num_computed + q == r->total_len()});
   }
+  if (retracted) {
+    // The reservation was too small: raise the ratio to what the survivors have decoded of their
+    // limits (SGLang's estimate), so admission waits for room.
+    int64_t decoded = 0, limit = 0;
+    for (const auto& r : running_) {
+      decoded += static_cast<int64_t>(r->output_ids.size()) + kRetractDecodeSteps;
+      limit += std::min<int64_t>(r->params.max_new_tokens, kMaxNewTokensEstimate);
+    }
+    if (ratio_init_ > 0.0 && limit > 0)
+      new_token_ratio_ = std::min(1.0, std::max(new_token_ratio_, static_cast<double>(decoded) / limit));
+  }
   // Then admit waiting requests in arrival order while the budget, the batch and the pool allow.
+  int64_t reserved = 0;  // for the running requests' prompt chunks to come and tokens to decode
+  if (!retracted && !waiting_.empty())
+    for (const auto& r : running_) reserved += pending_tokens(*r);
   while (!retracted && !waiting_.empty() && budget > 0 &&
          static_cast<int>(running_.size()) < config_.max_running_requests) {
     Request& r = *waiting_.front();
-    if (!admit(r)) break;
+    if (!admit(r, reserved)) break;
     const int q = std::min({r.total_len() - r.num_computed, config_.chunked_prefill_size, budget});
     if (!try_allocate(q, r.slots)) {  // admit() checked capacity, so this is a bug
       release(r, false);
       fail("scheduler: admitted request {} but could not allocate {} slots", r.rid, q);
     }
+    reserved += pending_tokens(r);
     budget -= q;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
@@ -201,7 +237,17 @@ std::vector<Scheduler::Row> Scheduler::schedule() {
   return rows;
 }
 
-bool Scheduler::admit(Request& r) {
+int64_t Scheduler::pending_tokens(const Request& r) const {
+  return std::max<int64_t>(0, r.total_len() - static_cast<int64_t>(r.slots.size())) + decode_reserve(r);
+}
+
+int64_t Scheduler::decode_reserve(const Request& r) const {
+  const int64_t left =
+      std::min<int64_t>(r.params.max_new_tokens, kMaxNewTokensEstimate) - static_cast<int64_t>(r.output_ids.size());
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(left) * new_token_ratio_)));
+}
+
+bool Scheduler::admit(Request& r, int64_t reserved) {
   std::vector<int32_t> tokens(static_cast<size_t>(r.total_len()));
   for (int i = 0; i < r.total_len(); ++i) tokens[static_cast<size_t>(i)] = r.token_at(i);
   // Leave at least one token to compute: its logits pick the next token. Prompt log probabilities
@@ -211,8 +257,10 @@ bool Scheduler::admit(Request& r) {
   RadixCache::MatchResult m = radix_.match_prefix(tokens, reuse);
   radix_.inc_ref(m.node);
   const int64_t remaining = r.total_len() - static_cast<int64_t>(m.slots.size());
-  // Room for the whole remaining prompt plus one decode slot for everyone running.
-  const int64_t need = remaining + static_cast<int64_t>(running_.size()) + 1;
+  // Room for the whole remaining prompt and the decode reservation of everyone running and of r;
+  // with nothing running, the prompt and one token, so that a request too long to reserve for
+  // still runs (it finishes by length if the pool runs out).
+  const int64_t need = remaining + (running_.empty() ? 1 : reserved + decode_reserve(r));
   if (slots_.num_slots_free() + radix_.evictable_size() < need) {
     radix_.dec_ref(m.node);
     return false;

@@ -29,6 +29,11 @@ struct SchedulerConfig {
   int context_length = 4096;        // prompt + output
   bool disable_radix_cache = false;
   int grammar_threads = 0;  // threads filling constrained requests' masks (0: one per hardware thread)
+  // SGLang's --schedule-conservativeness: admission keeps room for the tokens running requests
+  // will still decode, max_new_tokens left times a ratio that starts at 0.7 x this (at most 1),
+  // falls to 0.14 of that over 600 decode steps and rises again after a retraction. 0: room for
+  // one more token each.
+  double schedule_conservativeness = 1.0;
 };
 
 // Counters over a set of decode steps since start.
@@ -105,7 +110,11 @@ class Scheduler {
   void postprocess(const std::vector<Row>& rows, const Tensor& logits);
 
   bool try_allocate(int64_t n, std::vector<int32_t>& out);
-  bool admit(Request& r);
+  // Slots kept for the tokens r will still decode, at the current ratio (at least one), and with
+  // its prompt tokens not yet given slots (a running request's chunks to come).
+  int64_t decode_reserve(const Request& r) const;
+  int64_t pending_tokens(const Request& r) const;
+  bool admit(Request& r, int64_t reserved);
   void retract_newest();
   void release(Request& r, bool keep_in_cache);
   void finish(Request& r, FinishReason reason);
@@ -128,11 +137,13 @@ class Scheduler {
   ForwardBatch batch_;
   std::vector<int32_t> tokens_;  // one row's new tokens, while the batch is built
   std::vector<int32_t> sampled_;
-  std::vector<LogitEdit> edits_;  // this step's penalties and biases, for edit_logits
+  std::vector<LogitEdit> edits_;                 // this step's penalties and biases, for edit_logits
   std::vector<int32_t> mask_rows_, mask_words_;  // this step's grammar masks, for mask_logits
   std::vector<GrammarMatcher*> mask_matchers_;
   std::vector<Request*> mask_requests_;
   std::unique_ptr<GrammarMaskFiller> mask_filler_;  // made on the first constrained step
+  // The decode reservation's ratio now, where it starts and ends, and its fall per decode step.
+  double new_token_ratio_ = 0.0, ratio_init_ = 0.0, ratio_min_ = 0.0, ratio_decay_ = 0.0;
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};
   double last_device_seconds_ = 0.0;

@@ -105,6 +105,44 @@ TEST(Scheduler, OverloadQueuesAndRetractsButFinishesEverything) {
   expect_all_slots_free(*crowded);
 }
 
+// Admission keeps room for what running requests will still decode (SGLang's
+// --schedule-conservativeness): on a crowded pool it retracts less than admitting with one token of
+// room each (0), and every request gets the same ids either way.
+TEST(Scheduler, DecodeReservationRetractsLess) {
+  const auto prompts = random_prompts(32, 10, 30, 5);
+  auto run = [&](double conservativeness, int64_t& retractions) {
+    EngineArgs args = stories_args("bf16");
+    args.max_total_tokens = 320;
+    args.scheduler.schedule_conservativeness = conservativeness;
+    auto e = create_engine(args);
+    auto ids = generate_all(*e, prompts, greedy(40));
+    retractions = e->stats().num_retractions;
+    expect_all_slots_free(*e);
+    return ids;
+  };
+  int64_t eager = 0, reserving = 0;
+  const auto want = run(0.0, eager);
+  const auto got = run(1.0, reserving);
+  EXPECT_GT(eager, 0) << "the pool was meant to run out during decode";
+  EXPECT_LT(reserving, eager);
+  EXPECT_EQ(got, want);
+}
+
+// A request whose reservation alone exceeds the pool still runs when nothing else does (and ends
+// by length when the pool runs out); the next waits for it rather than both stalling.
+TEST(Scheduler, RequestBeyondItsReservationStillRuns) {
+  EngineArgs args = stories_args("bf16");
+  args.max_total_tokens = 160;
+  auto e = create_engine(args);
+  const auto got = generate_all(*e, random_prompts(2, 100, 100, 3), greedy(200));
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& ids : got) {
+    EXPECT_GE(ids.size(), 1u);
+    EXPECT_LE(ids.size(), 61u) << "160 slots hold 100 prompt tokens and at most 60 more";
+  }
+  expect_all_slots_free(*e);
+}
+
 // The decode counters behind the server's MBU figures: 64 prompts of 5 tokens, 4 new tokens each ->
 // one prefill step (which samples the first), then 3 decode steps of 64 rows reading 6, 7 and 8
 // KV tokens per row. The host's share is part of each step's time.
