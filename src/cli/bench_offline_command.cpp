@@ -90,6 +90,7 @@ int run_bench_offline(BenchOfflineArgs a) {
   }
   nlohmann::json j = {{"command", invoked_command_line()},
                       {"git_hash", git_hash()},
+                      {"date", utc_now()},
                       {"device", engine->backend().device_description()},
                       {"backend", "serve8-offline"},
                       {"dataset_name", a.data.name},
