@@ -225,6 +225,7 @@ Json server_info(const ServerContext& ctx) {
           {"chunked_prefill_size", a.scheduler.chunked_prefill_size},
           {"max_prefill_tokens", a.scheduler.max_prefill_tokens},
           {"disable_radix_cache", a.scheduler.disable_radix_cache},
+          {"schedule_conservativeness", a.scheduler.schedule_conservativeness},
           {"max_queued_requests", ctx.options.max_queued_requests},
           {"kv_slots", slots},
           {"num_running_reqs", s.num_running},
