@@ -146,11 +146,17 @@ int Scheduler::step() {
   const Tensor logits = run(rows);
   postprocess(rows, logits);
   int tokens = 0;
-  for (const Row& row : rows) tokens += row.q_len;
+  bool decodes = false;
+  for (const Row& row : rows) {
+    tokens += row.q_len;
+    decodes |= row.q_len == 1;
+  }
+  // The reservation relaxes with every step that decodes, mixed with prompt chunks or not (SGLang
+  // decays it once a decode batch, and a stream of arrivals would leave few steps decode-only).
+  if (decodes) new_token_ratio_ = std::max(ratio_min_, new_token_ratio_ - ratio_decay_);
   counters_.num_steps++;
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
-    new_token_ratio_ = std::max(ratio_min_, new_token_ratio_ - ratio_decay_);
     const double host = counters_.last_step_seconds - last_device_seconds_;
     const auto kv_tokens = static_cast<int64_t>(batch_.kv_indptr.back());
     counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);

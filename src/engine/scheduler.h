@@ -31,8 +31,8 @@ struct SchedulerConfig {
   int grammar_threads = 0;  // threads filling constrained requests' masks (0: one per hardware thread)
   // SGLang's --schedule-conservativeness: admission keeps room for the tokens running requests
   // will still decode, max_new_tokens left times a ratio that starts at 0.7 x this (at most 1),
-  // falls to 0.14 of that over 600 decode steps and rises again after a retraction. 0: room for
-  // one more token each.
+  // falls to 0.14 of that over 600 steps that decode and rises again after a retraction. 0: room
+  // for one more token each.
   double schedule_conservativeness = 1.0;
 };
 
