@@ -63,17 +63,21 @@ template <>
 struct KvTraits<DType::kFP8E5M2> {
   using Raw8 = uint2;
   static constexpr bool kMmaF16 = true;  // FP8 values are fp16 values: operands by byte placement
-  // An E5M2 byte is the high byte of the fp16 with the same value: place the bytes, no arithmetic.
+  // Bytes 0 and 1 of the word (2 and 3 when kHigh) as an fp16 pair. An E5M2 byte is the high byte
+  // of the fp16 with the same value: place the bytes, no arithmetic.
+  template <bool kHigh = false>
+  __device__ static uint32_t half2_bits(uint32_t bytes) {
+    return __byte_perm(bytes, 0, kHigh ? 0x3424 : 0x1404);
+  }
   __device__ static uint4 to_half8(const Raw8& r) {
-    return uint4{__byte_perm(r.x, 0, 0x1404), __byte_perm(r.x, 0, 0x3424), __byte_perm(r.y, 0, 0x1404),
-                 __byte_perm(r.y, 0, 0x3424)};
+    return uint4{half2_bits(r.x), half2_bits<true>(r.x), half2_bits(r.y), half2_bits<true>(r.y)};
   }
   __device__ static void to_float8(const Raw8& r, float (&f)[8]) {
     const uint32_t u[2] = {r.x, r.y};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float2 lo = half2_bits_to_float2(__byte_perm(u[i], 0, 0x1404));
-      const float2 hi = half2_bits_to_float2(__byte_perm(u[i], 0, 0x3424));
+      const float2 lo = half2_bits_to_float2(half2_bits(u[i]));
+      const float2 hi = half2_bits_to_float2(half2_bits<true>(u[i]));
       f[4 * i] = lo.x;
       f[4 * i + 1] = lo.y;
       f[4 * i + 2] = hi.x;
@@ -89,30 +93,37 @@ template <>
 struct KvTraits<DType::kFP8E4M3> {
   using Raw8 = uint2;
   static constexpr bool kMmaF16 = true;  // FP8 values are fp16 values: one cvt per two
-  // cvt.rn.f16x2.e4m3x2 on sm_90: two values per instruction, exact.
-  __device__ static uint32_t cvt2_bits(uint32_t two_bytes) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
+  // Bytes 0 and 1 of the word (2 and 3 when kHigh) as an fp16 pair: cvt.rn.f16x2.e4m3x2 on sm_90,
+  // two values per instruction, exact, on the word's half as a 16-bit register (a shift would cost
+  // an instruction a conversion).
+  template <bool kHigh = false>
+  __device__ static uint32_t half2_bits(uint32_t bytes) {
+    uint32_t h;
+    if constexpr (kHigh) {
+      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;}\n" : "=r"(h) : "r"(bytes));
+    } else {
+      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}\n" : "=r"(h) : "r"(bytes));
+    }
+    return h;
   }
-  __device__ static float2 cvt2(uint32_t two_bytes) { return half2_bits_to_float2(cvt2_bits(two_bytes)); }
   __device__ static uint4 to_half8(const Raw8& r) {
-    return uint4{cvt2_bits(r.x & 0xffffu), cvt2_bits(r.x >> 16), cvt2_bits(r.y & 0xffffu), cvt2_bits(r.y >> 16)};
+    return uint4{half2_bits(r.x), half2_bits<true>(r.x), half2_bits(r.y), half2_bits<true>(r.y)};
   }
   __device__ static void to_float8(const Raw8& r, float (&f)[8]) {
     const uint32_t u[2] = {r.x, r.y};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float2 lo = cvt2(u[i] & 0xffffu);
-      const float2 hi = cvt2(u[i] >> 16);
+      const float2 lo = half2_bits_to_float2(half2_bits(u[i]));
+      const float2 hi = half2_bits_to_float2(half2_bits<true>(u[i]));
       f[4 * i] = lo.x;
       f[4 * i + 1] = lo.y;
       f[4 * i + 2] = hi.x;
       f[4 * i + 3] = hi.y;
     }
   }
-  __device__ static float load1(const void* base, int64_t i) { return cvt2(static_cast<const uint8_t*>(base)[i]).x; }
+  __device__ static float load1(const void* base, int64_t i) {
+    return half2_bits_to_float2(half2_bits(static_cast<const uint8_t*>(base)[i])).x;
+  }
 };
 
 // Loads the 8 stored elements starting at element index i (a multiple of 8).

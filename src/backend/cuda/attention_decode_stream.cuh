@@ -122,28 +122,12 @@ struct DecodeStream {
   }
 };
 
-// Operand registers from staged bytes: FP8 bytes 0 and 1 of the word (2 and 3 when kHigh).
-template <DType kKv, bool kHigh = false>
-__device__ __forceinline__ uint32_t fp8x2_to_half2(uint32_t bytes) {
-  if constexpr (kKv == DType::kFP8E4M3) {
-    // The half as a 16-bit register: a shift would cost an instruction a conversion.
-    uint32_t h;
-    if constexpr (kHigh) {
-      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;}\n" : "=r"(h) : "r"(bytes));
-    } else {
-      asm("{.reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;}\n" : "=r"(h) : "r"(bytes));
-    }
-    return h;
-  } else {
-    return __byte_perm(bytes, 0, kHigh ? 0x3424 : 0x1404);  // E5M2 bytes as the high bytes of fp16
-  }
-}
-
 template <DType kKv, int kD, int kHeadsPerBlock>
 __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThreads,
                                   DecodeStream<kKv, kD, kHeadsPerBlock>::kMinBlocks)
     attention_decode_stream_kernel(const AttentionParams p) {
   using L = DecodeStream<kKv, kD, kHeadsPerBlock>;
+  using Kv = KvTraits<kKv>;  // FP8 operands: Kv::half2_bits
   constexpr int kHeads = L::kHeads;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
   constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = kAttentionMaxGroup;
@@ -349,10 +333,10 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
           a[2] = i8x2_to_half2<true>(w[0][kc]);
           a[3] = i8x2_to_half2<true>(w[1][kc]);
         } else {
-          a[0] = fp8x2_to_half2<kKv>(w[0][kc]);
-          a[1] = fp8x2_to_half2<kKv>(w[1][kc]);
-          a[2] = fp8x2_to_half2<kKv, true>(w[0][kc]);
-          a[3] = fp8x2_to_half2<kKv, true>(w[1][kc]);
+          a[0] = Kv::half2_bits(w[0][kc]);
+          a[1] = Kv::half2_bits(w[1][kc]);
+          a[2] = Kv::template half2_bits<true>(w[0][kc]);
+          a[3] = Kv::template half2_bits<true>(w[1][kc]);
         }
         mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
       }
@@ -466,8 +450,11 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       if constexpr (L::kFp8) {
         // The two tokens' bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
         const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
-        if constexpr (L::kI8) return u % 2 ? i8x2_to_half2<true>(two) : i8x2_to_half2<false>(two);
-        return u % 2 ? fp8x2_to_half2<kKv, true>(two) : fp8x2_to_half2<kKv>(two);
+        if constexpr (L::kI8) {
+          return u % 2 ? i8x2_to_half2<true>(two) : i8x2_to_half2<false>(two);
+        } else {
+          return u % 2 ? Kv::template half2_bits<true>(two) : Kv::half2_bits(two);
+        }
       } else {
         return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);
       }
