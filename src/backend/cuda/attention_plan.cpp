@@ -6,8 +6,7 @@
 namespace serve8 {
 
 int decode_heads_per_block(DType kv_dtype, int num_seqs, int num_kv_heads, int sms) {
-  const bool fp8 = kv_dtype == DType::kFP8E5M2 || kv_dtype == DType::kFP8E4M3;
-  return fp8 && int64_t{num_seqs} * num_kv_heads >= 2 * int64_t{sms} ? 2 : 1;
+  return decode_pairs_heads(kv_dtype) && int64_t{num_seqs} * num_kv_heads >= 2 * int64_t{sms} ? 2 : 1;
 }
 
 DecodePlan plan_decode(int num_seqs, const AttentionShape& shape, const AttentionOptions& options) {

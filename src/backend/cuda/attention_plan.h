@@ -33,7 +33,7 @@ struct AttentionShape {
 // Overrides of the decode plan, 0 meaning planned: tests reach the split and two-head paths with
 // them on short sequences; serving leaves them at 0.
 struct AttentionOptions {
-  int decode_heads = 0;      // KV heads per decode block (1 or 2; 2 for one-byte pools only)
+  int decode_heads = 0;      // KV heads per decode block (1 or 2; 2 for FP8 pools only: decode_pairs_heads)
   int decode_min_chunk = 0;  // KV tokens per split, with no minimum count of splits
 };
 
@@ -56,7 +56,7 @@ struct DecodePlan {
 // in the pool, which the DRAM serves better than lone 128-byte rows; on small grids one head per
 // block spreads the warps over twice the SMs. 16-bit rows are 256 bytes already.
 // int8 rows are one byte a value too, but two heads a block did not pay for them (H100, B=64 at 4k
-// and B=16 at 8k, within 0.5%), so they take one.
+// and B=16 at 8k, within 0.9%), so they take one.
 int decode_heads_per_block(DType kv_dtype, int num_seqs, int num_kv_heads, int sms);
 
 // Whether a decode block may serve two KV heads of this pool: FP8 rows, whose 8 warps' stages fit
