@@ -25,6 +25,10 @@ constexpr int64_t kMaxNewTokensEstimate = 4096;
 // this many more tokens each.
 constexpr int64_t kRetractDecodeSteps = 20;
 
+int64_t max_new_tokens_estimate(const Request& r) {
+  return std::min<int64_t>(r.params.max_new_tokens, kMaxNewTokensEstimate);
+}
+
 }  // namespace
 
 std::string finish_reason_name(FinishReason r) {
@@ -210,16 +214,15 @@ std::vector<Scheduler::Row> Scheduler::schedule() {
     if (remaining > 1) budget -= q;
     rows.push_back(Row{r, q, r->num_computed + q == r->total_len()});
   }
-  if (retracted) {
+  if (retracted && ratio_init_ > 0.0) {
     // The reservation was too small: raise the ratio to what the survivors have decoded of their
     // limits (SGLang's estimate), so admission waits for room.
     int64_t decoded = 0, limit = 0;
     for (const auto& r : running_) {
       decoded += static_cast<int64_t>(r->output_ids.size()) + kRetractDecodeSteps;
-      limit += std::min<int64_t>(r->params.max_new_tokens, kMaxNewTokensEstimate);
+      limit += max_new_tokens_estimate(*r);
     }
-    if (ratio_init_ > 0.0 && limit > 0)
-      new_token_ratio_ = std::min(1.0, std::max(new_token_ratio_, static_cast<double>(decoded) / limit));
+    if (limit > 0) new_token_ratio_ = std::min(1.0, std::max(new_token_ratio_, static_cast<double>(decoded) / limit));
   }
   // Then admit waiting requests in arrival order while the budget, the batch and the pool allow.
   int64_t reserved = 0;  // for the running requests' prompt chunks to come and tokens to decode
@@ -248,8 +251,7 @@ int64_t Scheduler::pending_tokens(const Request& r) const {
 }
 
 int64_t Scheduler::decode_reserve(const Request& r) const {
-  const int64_t left =
-      std::min<int64_t>(r.params.max_new_tokens, kMaxNewTokensEstimate) - static_cast<int64_t>(r.output_ids.size());
+  const int64_t left = max_new_tokens_estimate(r) - static_cast<int64_t>(r.output_ids.size());
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(static_cast<double>(left) * new_token_ratio_)));
 }
 

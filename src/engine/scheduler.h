@@ -142,7 +142,7 @@ class Scheduler {
   std::vector<GrammarMatcher*> mask_matchers_;
   std::vector<Request*> mask_requests_;
   std::unique_ptr<GrammarMaskFiller> mask_filler_;  // made on the first constrained step
-  // The decode reservation's ratio now, where it starts and ends, and its fall per decode step.
+  // The decode reservation's ratio now, where it starts and ends, and its fall per step that decodes.
   double new_token_ratio_ = 0.0, ratio_init_ = 0.0, ratio_min_ = 0.0, ratio_decay_ = 0.0;
   // From the forward's launch to the sampled ids on the host: the device's part of the last step.
   Clock::time_point forward_start_{};
