@@ -83,6 +83,31 @@ TEST_F(CudaBackendTest, SamplingMatchesCpu) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Rows are scanned in slices of about 4,096 logits (float4 loads when the row length allows):
+// maxima at a row's ends and ties across a slice boundary, on vocabularies either side of that.
+TEST_F(CudaBackendTest, SamplingAcrossSlicesMatchesCpu) {
+  for (const int64_t v : {int64_t{50257}, int64_t{50260}}) {
+    std::vector<SamplingRow> rows(6);
+    for (size_t i = 3; i < rows.size(); ++i) {
+      rows[i].temperature = 0.8f;
+      rows[i].top_p = 0.9f;
+      rows[i].seed = 11 + i;
+    }
+    std::vector<float> logits = rng_.normals(rows.size() * static_cast<size_t>(v), 1.0f);
+    const auto at = [&](size_t row, int64_t i) -> float& { return logits[row * static_cast<size_t>(v) + i]; };
+    at(0, v - 1) = 30.0f;  // the last logit
+    at(1, 0) = 30.0f;      // the first
+    for (const int64_t i : {int64_t{3867}, int64_t{3868}, int64_t{3869}, int64_t{40000}}) at(2, i) = 30.0f;
+    at(3, v - 2) = 12.0f;
+    at(4, 4100) = 12.0f;
+    const std::vector<int32_t> want = run(*cpu_, logits, rows, false);
+    EXPECT_EQ(want[0], v - 1);
+    EXPECT_EQ(want[1], 0);
+    EXPECT_EQ(want[2], 3867);
+    EXPECT_EQ(run(*gpu_, logits, rows, true), want) << "vocabulary " << v;
+  }
+}
+
 TEST_F(CudaBackendTest, SamplingIsAPureFunctionOfSeedAndStep) {
   const int64_t v = 32000;
   std::vector<float> logits = rng_.normals(static_cast<size_t>(v), 1.0f);

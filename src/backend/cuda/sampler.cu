@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 #include <cub/cub.cuh>
 
@@ -55,63 +56,139 @@ __device__ void decide(const SampleParams& p, int row, int token) {
   p.out[row] = token;
 }
 
-// Step 1: greedy rows are answered here; sampled rows get their e_i, total and candidates.
-__global__ void __launch_bounds__(kThreads) sample_prepare_kernel(const SampleParams p) {
+// One block's results over its slice of a row, in SampleParams::parts.
+struct Part {
+  Best best, zbest;
+  double total;
+  int count;
+};
+
+// The block's slice of its row: split_len (a multiple of 4) logits from blockIdx.x's start.
+__device__ __forceinline__ int64_t slice_begin(const SampleParams& p) { return blockIdx.x * p.split_len; }
+__device__ __forceinline__ int64_t slice_end(const SampleParams& p) {
+  return min(p.vocab, (blockIdx.x + 1) * p.split_len);
+}
+
+// True in the last of the row's blocks to finish, once every block's part is visible; it resets
+// the row's count for the next kernel.
+__device__ bool last_of_row(const SampleParams& p, int row) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.done + row, 1) == static_cast<int>(gridDim.x) - 1;
+    if (last) p.done[row] = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
+__device__ __forceinline__ Best load_best(const Best* b) { return Best{__ldcg(&b->v), __ldcg(&b->id)}; }
+
+// Calls f(value, id) over the block's slice of a row: float4 loads where the row allows them.
+template <bool kVec, typename F>
+__device__ __forceinline__ void for_slice(const SampleParams& p, const float* logits, F&& f) {
+  const int64_t end = slice_end(p);
+  if constexpr (kVec) {
+#pragma unroll 2
+    for (int64_t i = slice_begin(p) + 4 * threadIdx.x; i < end; i += 4 * kThreads) {
+      const float4 v = *reinterpret_cast<const float4*>(logits + i);
+      f(v.x, i);
+      f(v.y, i + 1);
+      f(v.z, i + 2);
+      f(v.w, i + 3);
+    }
+  } else {
+    for (int64_t i = slice_begin(p) + threadIdx.x; i < end; i += kThreads) f(logits[i], i);
+  }
+}
+
+// Step 1, grid (slices, rows): the greedy answer and max z. Greedy rows are decided here.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams p) {
   __shared__ Best scratch[32];
-  __shared__ union {
-    BlockReduceD::TempStorage d;
-    BlockReduceI::TempStorage i;
-  } temp;
-  const int row = p.row_begin + blockIdx.x;
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
   const SampleRowParams rp = p.rows[row];
-  const float* logits = p.logits + int64_t{row} * p.vocab;
   const bool greedy = rp.temperature == 0.0f;
   Best best{0.0f, -1}, zbest{0.0f, -1};
-  for (int64_t i = threadIdx.x; i < p.vocab; i += kThreads) {
-    const float v = logits[i];
-    if (isnan(v)) continue;
+  for_slice<kVec>(p, p.logits + int64_t{row} * p.vocab, [&](float v, int64_t i) {
+    if (isnan(v)) return;
     best = better(best, Best{v, static_cast<int>(i)});
     if (!greedy) {
       const float z = v / rp.temperature;
       if (!isnan(z)) zbest = better(zbest, Best{z, static_cast<int>(i)});
     }
+  });
+  best = block_best(best, scratch);
+  if (!greedy) zbest = block_best(zbest, scratch);
+  Part* parts = static_cast<Part*>(p.parts) + int64_t{row} * gridDim.x;
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x].best = best;
+    parts[blockIdx.x].zbest = zbest;
+  }
+  if (!last_of_row(p, row)) return;
+  // The order of (value, id) is total, so the slices combine in any order to the same answer.
+  best = zbest = Best{0.0f, -1};
+  for (int i = static_cast<int>(threadIdx.x); i < static_cast<int>(gridDim.x); i += kThreads) {
+    best = better(best, load_best(&parts[i].best));
+    zbest = better(zbest, load_best(&parts[i].zbest));
   }
   best = block_best(best, scratch);
-  if (greedy) {
-    if (threadIdx.x == 0) decide(p, row, best.id < 0 ? 0 : best.id);
-    return;
-  }
   zbest = block_best(zbest, scratch);
-  const float m = zbest.v;
-  if (zbest.id < 0 || !(m > -INFINITY)) {
-    if (threadIdx.x == 0) decide(p, row, best.id < 0 ? 0 : best.id);
+  if (threadIdx.x != 0) return;
+  if (greedy || zbest.id < 0 || !(zbest.v > -INFINITY)) {
+    decide(p, row, best.id < 0 ? 0 : best.id);
     return;
   }
+  p.state[row].max_z = zbest.v;
+  p.state[row].max_z_id = zbest.id;
+  p.state[row].decided = 0;
+}
+
+// Step 1b, grid (slices, rows), sampled rows only: e_i, the candidates' keys, the total and the
+// count. The last block adds the slices' sums in slice order.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SampleParams p) {
+  __shared__ union {
+    BlockReduceD::TempStorage d;
+    BlockReduceI::TempStorage i;
+  } temp;
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
+  const SampleRowParams rp = p.rows[row];
+  if (rp.temperature == 0.0f || p.state[row].decided) return;  // the same for every block of the row
+  const float m = p.state[row].max_z;
   float* keys = p.keys + int64_t{rp.segment} * p.vocab;
   int32_t* ids = p.ids + int64_t{rp.segment} * p.vocab;
   double total = 0.0;
   int count = 0;
-  for (int64_t i = threadIdx.x; i < p.vocab; i += kThreads) {
-    const float z = logits[i] / rp.temperature;
+  for_slice<kVec>(p, p.logits + int64_t{row} * p.vocab, [&](float v, int64_t i) {
+    const float z = v / rp.temperature;
     const float e = z == m ? 1.0f : (isnan(z) ? 0.0f : expf(z - m));
     total += e;
     const bool cand = e > 0.0f && (rp.min_p <= 0.0f || e >= rp.min_p);
     count += cand;
     keys[i] = cand ? e : 0.0f;
     ids[i] = static_cast<int32_t>(i);
-  }
+  });
   total = BlockReduceD(temp.d).Sum(total);
   __syncthreads();
   count = BlockReduceI(temp.i).Sum(count);
+  Part* parts = static_cast<Part*>(p.parts) + int64_t{row} * gridDim.x;
   if (threadIdx.x == 0) {
-    p.state[row].total = total;
-    p.state[row].num_candidates = count;
-    if (count == 0) {
-      decide(p, row, zbest.id);  // min_p > 1 dropped even the top token: the first at the maximum
-    } else {
-      p.state[row].decided = 0;
-    }
+    parts[blockIdx.x].total = total;
+    parts[blockIdx.x].count = count;
   }
+  if (!last_of_row(p, row) || threadIdx.x != 0) return;
+  total = 0.0;
+  count = 0;
+  for (int i = 0; i < static_cast<int>(gridDim.x); ++i) {
+    total += __ldcg(&parts[i].total);
+    count += __ldcg(&parts[i].count);
+  }
+  p.state[row].total = total;
+  p.state[row].num_candidates = count;
+  // min_p > 1 dropped even the top token: the first at the maximum.
+  if (count == 0) decide(p, row, p.state[row].max_z_id);
 }
 
 // The first i < n whose inclusive prefix sum of keys satisfies `pred` (monotone, keys >= 0), or
@@ -203,6 +280,8 @@ CudaSampler::~CudaSampler() {
   if (rows_) cudaFree(rows_);
   if (sort_) cudaFree(sort_);
   if (temp_) cudaFree(temp_);
+  if (parts_) cudaFree(parts_);
+  if (done_) cudaFree(done_);
   if (host_out_) cudaFreeHost(host_out_);
 }
 
@@ -321,13 +400,30 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     reserve(temp_, temp_bytes_, std::max<size_t>(temp_need, 256));
   }
 
+  // Slices of about 4,096 logits, at most 64 a row, their count a function of the vocabulary only.
+  const int64_t want_splits = std::clamp<int64_t>((vocab + 4095) / 4096, 1, 64);
+  p.split_len = ((vocab + want_splits - 1) / want_splits + 3) / 4 * 4;
+  const auto splits = static_cast<unsigned>((vocab + p.split_len - 1) / p.split_len);
+  reserve(parts_, parts_bytes_, sizeof(Part) * splits * static_cast<size_t>(b));
+  p.parts = parts_;
+  if (done_bytes_ < sizeof(int) * static_cast<size_t>(b)) {
+    reserve(done_, done_bytes_, sizeof(int) * static_cast<size_t>(b));
+    SERVE8_CUDA_CHECK(cudaMemsetAsync(done_, 0, done_bytes_, stream_));
+  }
+  p.done = static_cast<int*>(done_);
+  const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  const auto max_kernel = vec ? sample_max_kernel<true> : sample_max_kernel<false>;
+  const auto weights_kernel = vec ? sample_weights_kernel<true> : sample_weights_kernel<false>;
   for (const Chunk& c : chunks) {
     if (c.num_rows == 0) continue;
     p.row_begin = c.row_begin;
     p.num_rows = c.num_rows;
-    sample_prepare_kernel<<<c.num_rows, kThreads, 0, stream_>>>(p);
-    SERVE8_CUDA_CHECK_LAUNCH("sample_prepare_kernel");
+    const dim3 grid(splits, static_cast<unsigned>(c.num_rows));
+    max_kernel<<<grid, kThreads, 0, stream_>>>(p);
+    SERVE8_CUDA_CHECK_LAUNCH("sample_max_kernel");
     if (c.num_segments == 0) continue;
+    weights_kernel<<<grid, kThreads, 0, stream_>>>(p);
+    SERVE8_CUDA_CHECK_LAUNCH("sample_weights_kernel");
     const int64_t pairs = int64_t{c.num_segments} * vocab;
     const int* offsets = reinterpret_cast<const int*>(
         static_cast<char*>(sort_) +

@@ -1,8 +1,10 @@
 // Token sampling on the GPU, the procedure of backend/cpu/cpu_sampling.cpp (the contract every
 // serve8 sampler implements):
-//  1. one block per row computes, from the fp32 logits, the greedy answer (argmax, lowest id on
-//     ties, NaN skipped) or, for temperature > 0, e_i = expf(z_i - max z) with z = logit / T
-//     (e = 1 at the maximum, 0 for NaN), their total, and the candidates (e > 0, e >= min_p);
+//  1. blocks over slices of each row find, from the fp32 logits, the greedy answer (argmax,
+//     lowest id on ties, NaN skipped) and max z with z = logit / T; for temperature > 0 a second
+//     pass computes e_i = expf(z_i - max z) (e = 1 at the maximum, 0 for NaN), their total and
+//     the candidates (e > 0, e >= min_p). A row's last block combines the slices in order, so
+//     the total is the same whatever the batch;
 //  2. cub's segmented radix sort orders each sampled row's candidates by e descending; it is
 //     stable over ids in order, so ties keep the lower id first;
 //  3. one block per sampled row cuts top_k, then top_p (the first n with cumulative e >=
@@ -34,6 +36,8 @@ struct SampleRowParams {
 // State of one row between the kernels.
 struct SampleRowState {
   double total = 0.0;  // sum of every e_i
+  float max_z = 0.0f;  // max logit / T, and its first id
+  int max_z_id = -1;
   int num_candidates = 0;
   int result = 0;  // the token, once decided
   int decided = 0;
@@ -49,8 +53,11 @@ struct SampleParams {
   const float* sorted_keys = nullptr;
   const int32_t* sorted_ids = nullptr;
   int32_t* out = nullptr;  // [B]
+  void* parts = nullptr;   // [B, splits] each block's partial results
+  int* done = nullptr;     // [B] blocks finished, zero between kernels
   int64_t vocab = 0;
-  int row_begin = 0;  // first row of the chunk
+  int64_t split_len = 0;  // logits a block scans: a multiple of 4
+  int row_begin = 0;      // first row of the chunk
   int num_rows = 0;
 };
 
@@ -78,6 +85,10 @@ class CudaSampler {
   size_t sort_bytes_ = 0;
   void* temp_ = nullptr;  // cub's temporary storage
   size_t temp_bytes_ = 0;
+  void* parts_ = nullptr;  // SampleParams::parts
+  size_t parts_bytes_ = 0;
+  void* done_ = nullptr;  // SampleParams::done
+  size_t done_bytes_ = 0;
   void* edits_ = nullptr;  // LogitEdit
   size_t edits_bytes_ = 0;
   void* masks_ = nullptr;  // rows, then their allowed-token words
