@@ -285,6 +285,13 @@ class Backend {
   // Writes k, v [T, Hkv, D] into the layer's pool at batch.out_slots: divide by the scale,
   // saturate and convert to the storage dtype (core/dtype.h, bit for bit), in one pass.
   virtual void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) = 0;
+  // rope(q, k, positions, inv_freq), then kv_store(k, v, batch, kv): one op so that a backend can
+  // do both in one pass.
+  virtual void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                             const DeviceBatch& batch, const KvLayer& kv) {
+    rope(q, k, positions, inv_freq);
+    kv_store(k, v, batch, kv);
+  }
   // Paged attention over the pool for every new token of the batch (prefill/extend and decode
   // rows alike; see ForwardBatch). q, out [T, Hq, D]; Hq = group * Hkv. Reads the pool in its
   // storage dtype, dequantizes in registers; k_scale folds into the softmax scale, v_scale into

@@ -241,8 +241,7 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
     linear(in, w.wqkv.rows(qs + kvs, kvs), part(w.wqkv_scale, qs + kvs, kvs), bv.empty() ? nullptr : &bv,
            v.reshape({t, kvs}));
   }
-  backend_.rope(q, k, db.positions, inv_freq_.view(DType::kF32, {d / 2}));
-  backend_.kv_store(k, v, db, kv);
+  backend_.rope_kv_store(q, k, v, db.positions, inv_freq_.view(DType::kF32, {d / 2}), db, kv);
   if (kv_observer_) kv_observer_(l, k, v);
   Tensor attn = attn_out_.view(c, {t, heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);

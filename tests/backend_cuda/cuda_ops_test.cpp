@@ -317,5 +317,12 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
   EXPECT_THROW(gpu_->create_kv_cache({1, 2, 16, DType::kF32, 4}, KvScales::ones(1, 2)), Error);
 }
 
+// rope_kv_store (one kernel where head_dim is a multiple of 16, the two ops otherwise) leaves q,
+// k and the pool byte for byte as rope followed by kv_store, for every storage dtype.
+TEST_F(CudaBackendTest, RopeKvStoreIsRopeThenKvStore) {
+  test::expect_rope_kv_store_is_rope_then_kv_store(*gpu_, DType::kBF16,
+                                                   {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, rng_);
+}
+
 }  // namespace
 }  // namespace serve8

@@ -4,8 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <memory>
+#include <numeric>
+#include <span>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -68,6 +74,57 @@ inline double max_abs_error(const std::vector<float>& a, const std::vector<float
 inline std::vector<float> bf16_values(std::vector<float> v) {
   for (float& x : v) x = bf16_to_f32(f32_to_bf16(x));
   return v;
+}
+
+// rope_kv_store against rope then kv_store on `gpu` (activations `act`): q, k and each pool in
+// `pools` equal byte for byte, over head dims that take the fused kernel and one that does not.
+inline void expect_rope_kv_store_is_rope_then_kv_store(Backend& gpu, DType act, std::initializer_list<DType> pools,
+                                                       Rng& rng) {
+  for (DType dt : pools) {
+    for (const auto& [d, hq, hkv] :
+         {std::tuple<int64_t, int64_t, int64_t>{128, 32, 8}, {64, 8, 2}, {256, 8, 1}, {16, 4, 2}, {8, 4, 2}}) {
+      const int64_t slots = 64, t = 13;
+      KvScales scales = KvScales::ones(1, static_cast<int>(hkv));
+      for (auto& s : scales.k) s = rng.uniform(0.01f, 2.0f);
+      for (auto& s : scales.v) s = rng.uniform(0.01f, 2.0f);
+      const KvCacheConfig cfg{1, static_cast<int>(hkv), static_cast<int>(d), dt, slots};
+      auto split_cache = gpu.create_kv_cache(cfg, scales);
+      auto fused_cache = gpu.create_kv_cache(cfg, scales);
+      HostArray q(act, rng.normals(static_cast<size_t>(t * hq * d), 4.0f));
+      HostArray k(act, rng.normals(static_cast<size_t>(t * hkv * d), 4.0f));
+      HostArray v(act, rng.normals(static_cast<size_t>(t * hkv * d), 4.0f));
+      std::vector<int32_t> pos(static_cast<size_t>(t));
+      for (auto& p : pos) p = rng.integer(0, 100000);
+      HostArray freq(DType::kF32, static_cast<size_t>(d / 2));
+      for (int64_t i = 0; i < d / 2; ++i)
+        freq.set(static_cast<size_t>(i), std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(d)));
+      std::vector<int32_t> perm(static_cast<size_t>(slots - 1));
+      std::iota(perm.begin(), perm.end(), 1);
+      std::shuffle(perm.begin(), perm.end(), rng.gen());
+      ForwardBatch fb;  // one prompt on table row 0, its slots scattered
+      fb.add_sequence(0, static_cast<int>(t), std::vector<int32_t>(static_cast<size_t>(t), 0),
+                      std::span<const int32_t>(perm.data(), static_cast<size_t>(t)));
+      gpu.reserve_steps(
+          StepLimits{static_cast<int>(t), 1, static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d)});
+      auto dp = to_device(gpu, pos), df = to_device(gpu, freq), dv = to_device(gpu, v);
+      auto q1 = to_device(gpu, q), k1 = to_device(gpu, k), q2 = to_device(gpu, q), k2 = to_device(gpu, k);
+      gpu.rope(q1.view({t, hq, d}), k1.view({t, hkv, d}), dp.view({t}), df.view({d / 2}));
+      gpu.kv_store(k1.view({t, hkv, d}), dv.view({t, hkv, d}), gpu.upload_batch(fb, *split_cache),
+                   split_cache->layer(0));
+      gpu.rope_kv_store(q2.view({t, hq, d}), k2.view({t, hkv, d}), dv.view({t, hkv, d}), dp.view({t}), df.view({d / 2}),
+                        gpu.upload_batch(fb, *fused_cache), fused_cache->layer(0));
+      const std::string what = std::string(dtype_name(dt)) + " D=" + std::to_string(d);
+      EXPECT_EQ(to_host(gpu, q1).bytes, to_host(gpu, q2).bytes) << what << " q";
+      EXPECT_EQ(to_host(gpu, k1).bytes, to_host(gpu, k2).bytes) << what << " k";
+      for (int which = 0; which < 2; ++which) {
+        const Tensor a = which ? split_cache->layer(0).v : split_cache->layer(0).k;
+        const Tensor b = which ? fused_cache->layer(0).v : fused_cache->layer(0).k;
+        EXPECT_EQ(to_host(gpu, a.data, dt, static_cast<size_t>(a.numel())).bytes,
+                  to_host(gpu, b.data, dt, static_cast<size_t>(b.numel())).bytes)
+            << what << (which ? " V" : " K");
+      }
+    }
+  }
 }
 
 class CudaBackendTest : public ::testing::Test {

@@ -236,10 +236,8 @@ void CudaBackend::check_current_batch(const DeviceBatch& batch, const char* op) 
   SERVE8_CHECK(batch.host != nullptr && batch.tokens.data == batch_tokens_ && batch_generation_ > 0,
                "{}: the batch was not made by this backend's latest upload_batch", op);
 }
-void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
-  on_device();
-  const OpScope profile(profiler_, "kv_store");
-  constexpr const char* op = "kv_store";
+KvStoreParams CudaBackend::kv_store_params(const char* op, const Tensor& k, const Tensor& v, const DeviceBatch& batch,
+                                           const KvLayer& kv) const {
   const KvGeometry g = check_kv_layer(kv, op);
   check_current_batch(batch, op);
   SERVE8_CHECK(k.dtype == DType::kBF16 || k.dtype == DType::kF32, "{}: k is {}, expected bf16 or fp32", op,
@@ -271,10 +269,33 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
     p.k_mean = kv.k_mean.ptr<const float>();
     p.v_mean = kv.v_mean.ptr<const float>();
     p.norm = hadamard_norm(g.head_dim);
+  }
+  return p;
+}
+
+void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) {
+  on_device();
+  const OpScope profile(profiler_, "kv_store");
+  const KvStoreParams p = kv_store_params("kv_store", k, v, batch, kv);
+  if (kv_dtype_is_rotated(kv.k.dtype)) {
     launch_kv_store_rotated(p, stream_);
+  } else {
+    launch_kv_store(p, stream_);
+  }
+}
+
+void CudaBackend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                                const DeviceBatch& batch, const KvLayer& kv) {
+  on_device();
+  constexpr const char* op = "rope_kv_store";
+  const RopeParams r = rope_params(op, q, k, positions, inv_freq);
+  const KvStoreParams s = kv_store_params(op, k, v, batch, kv);
+  if (kv_dtype_is_rotated(kv.k.dtype) || !rope_kv_store_fusable(r, s)) {
+    Backend::rope_kv_store(q, k, v, positions, inv_freq, batch, kv);
     return;
   }
-  launch_kv_store(p, stream_);
+  const OpScope profile(profiler_, op);
+  launch_rope_kv_store(r, s, stream_);
 }
 
 // The int8/int4 pools' rotated q: a buffer for the most tokens a step has, once such a pool exists.

@@ -427,10 +427,8 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
   gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
 }
 
-void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
-  on_device();
-  const OpScope profile(profiler_, "rope");
-  constexpr const char* op = "rope";
+RopeParams CudaBackend::rope_params(const char* op, Tensor q, Tensor k, const Tensor& positions,
+                                    const Tensor& inv_freq) const {
   check_activation(q, op, "q");
   check_dtype(k, q.dtype, op, "k");
   SERVE8_CHECK(q.ndim == 3 && k.ndim == 3, "{}: q {} and k {} must be [T, heads, D]", op, q.shape_str(), k.shape_str());
@@ -453,7 +451,13 @@ void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor
   p.num_q_heads = to_int(q.dim(1), op, "q heads");
   p.num_kv_heads = to_int(k.dim(1), op, "kv heads");
   p.head_dim = to_int(d, op, "head_dim");
-  launch_rope(p, stream_);
+  return p;
+}
+
+void CudaBackend::rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) {
+  on_device();
+  const OpScope profile(profiler_, "rope");
+  launch_rope(rope_params("rope", q, k, positions, inv_freq), stream_);
 }
 
 void CudaBackend::silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8) {

@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
   bool has_gemm_fp8_weights() const override { return true; }
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override;
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
+  void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+                     const DeviceBatch& batch, const KvLayer& kv) override;
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                  Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override;
@@ -105,6 +107,10 @@ class CudaBackend final : public Backend {
 
  private:
   void check_current_batch(const DeviceBatch& batch, const char* op) const;
+  // The checked arguments of rope and kv_store, for them and for rope_kv_store.
+  RopeParams rope_params(const char* op, Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) const;
+  KvStoreParams kv_store_params(const char* op, const Tensor& k, const Tensor& v, const DeviceBatch& batch,
+                                const KvLayer& kv) const;
   // Sizes the fixed batch arrays for limits_ and KV caches of up to kv_capacity_ KV entries a step.
   void reserve_batch_arrays();
   // Sizes rotated_q_ for limits_ once an int8/int4 pool exists (q rotated into their space).

@@ -98,6 +98,23 @@ struct Act<float> {
   }
 };
 
+// RoPE's angles for position positions[t]: cs[i] = cos, cs[half + i] = sin of float(pos) *
+// inv_freq[i], by the block's threads (a barrier must follow).
+__device__ __forceinline__ void rope_angles(const int32_t* positions, const float* inv_freq, int t, int half,
+                                            float* cs) {
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) sincosf(pos * inv_freq[i], &cs[half + i], &cs[i]);
+}
+
+// One rotate-half pair (x1, x2) by angle (cos c, sin s), each rounded as the activation stores it.
+template <typename A>
+__device__ __forceinline__ void rotate_half_pair(float& x1, float& x2, float c, float s) {
+  const float y1 = x1 * c - x2 * s;
+  const float y2 = x2 * c + x1 * s;
+  x1 = A::round(y1);
+  x2 = A::round(y2);
+}
+
 __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __device__ __forceinline__ float warp_sum(float v) {

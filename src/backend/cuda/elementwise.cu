@@ -119,13 +119,7 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
-  const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float s, c;
-    sincosf(pos * p.inv_freq[i], &s, &c);
-    cs[i] = c;
-    cs[half + i] = s;
-  }
+  rope_angles(p.positions, p.inv_freq, t, half, cs);
   __syncthreads();
   const int heads = p.num_q_heads + p.num_kv_heads;
   const int h0 = blockIdx.y * kRopeHeadsPerBlock;
@@ -152,9 +146,9 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
 #pragma unroll
     for (int r = 0; r < kRopePerThread; ++r) {
       if (!base[r]) continue;
-      const float c = cs[col[r]], s = cs[half + col[r]];
-      A::store(base[r] + col[r], x1[r] * c - x2[r] * s);
-      A::store(base[r] + col[r] + half, x2[r] * c + x1[r] * s);
+      rotate_half_pair<A>(x1[r], x2[r], cs[col[r]], cs[half + col[r]]);
+      A::store(base[r] + col[r], x1[r]);
+      A::store(base[r] + col[r] + half, x2[r]);
     }
   }
 }

@@ -141,6 +141,10 @@ struct KvStoreParams {
 };
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
 void launch_kv_store_rotated(const KvStoreParams& p, cudaStream_t stream);
+// rope then kv_store in one kernel, for the pools launch_kv_store writes, where
+// rope_kv_store_fusable: head_dim a multiple of 16, q, k and v 16-byte aligned.
+bool rope_kv_store_fusable(const RopeParams& r, const KvStoreParams& s);
+void launch_rope_kv_store(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream);
 
 // out[r] = H x[r] * norm (+ mean[(r % heads) / group]) for bf16 rows of head_dim 64 or 128: q into
 // an int8/int4 pool's rotated space, and the attention output back out of it with V's mean.

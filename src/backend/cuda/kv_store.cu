@@ -11,6 +11,8 @@
 namespace serve8 {
 namespace {
 
+constexpr int kFusedThreads = 128;
+
 template <DType kStore>
 struct StoreTraits;
 template <>
@@ -39,6 +41,30 @@ struct StoreTraits<DType::kFP8E4M3> {
   __device__ static T convert(float x) { return f32_to_e4m3(x); }
 };
 
+// x / scale converted to the pool's dtype. A true division, as the CPU's. NaN passes through
+// unchanged: x86 returns the NaN operand (sign and payload kept), the GPU's division would not.
+template <typename Traits>
+__device__ __forceinline__ typename Traits::T to_pool(float x, float scale) {
+  return Traits::convert(isnan(x) ? x : __fdiv_rn(x, scale));
+}
+
+// Eight values of a pool row, converted, in one store.
+template <typename Traits>
+__device__ __forceinline__ void store8(typename Traits::T* dst, const float (&x)[8], float scale) {
+  using T = typename Traits::T;
+  alignas(16) T y[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) y[j] = to_pool<Traits>(x[j], scale);
+  if constexpr (sizeof(T) == 4) {
+    reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(y)[0];
+    reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(y)[1];
+  } else if constexpr (sizeof(T) == 2) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(y);
+  } else {
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(y);
+  }
+}
+
 // One thread per kVec consecutive elements of one (token, head) row; K and V alike.
 template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
@@ -60,31 +86,62 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
     const float scale = (is_v ? p.v_scale : p.k_scale)[head];
     const int64_t slot = p.out_slots[token];
     T* dst = static_cast<T*>(is_v ? p.v_pool : p.k_pool) + kv_row(slot, head, p.num_kv_heads) * p.head_dim + c;
-    float x[kVec];
     if constexpr (kVec == 8) {
+      float x[8];
       A::load8(src, x);
+      store8<Traits>(dst, x, scale);
     } else {
-      x[0] = A::load(src);
-    }
-    alignas(16) T y[kVec];
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      // A true division, as the CPU's. NaN passes through unchanged: x86 returns the NaN operand
-      // (sign and payload kept), while the GPU's division would return its canonical NaN.
-      y[j] = Traits::convert(isnan(x[j]) ? x[j] : __fdiv_rn(x[j], scale));
-    }
-    if constexpr (kVec == 8 && sizeof(T) == 4) {
-      reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(y)[0];
-      reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(y)[1];
-    } else if constexpr (kVec == 8 && sizeof(T) == 2) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(y);
-    } else if constexpr (kVec == 8 && sizeof(T) == 1) {
-      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(y);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) dst[j] = y[j];
+      dst[0] = to_pool<Traits>(A::load(src), scale);
     }
   }
+}
+
+// RoPE and kv_store in one kernel: a block per (token, group of heads) over q's, k's and v's
+// heads, D/16 threads a head. A q or k thread rotates 8 pairs (i, i + D/2) in place, as
+// rope_kernel does; a k or v thread stores its 16 values into the pool.
+template <typename TIn, DType kStore>
+__global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const RopeParams r, const KvStoreParams s) {
+  allow_dependent_launch();
+  using Traits = StoreTraits<kStore>;
+  using A = Act<TIn>;
+  using T = typename Traits::T;
+  extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
+  const int t = blockIdx.x;
+  const int d = r.head_dim, half = d / 2;
+  rope_angles(r.positions, r.inv_freq, t, half, cs);
+  __syncthreads();
+  const int per_head = d / 16;
+  const int head = blockIdx.y * (kFusedThreads / per_head) + threadIdx.x / per_head;
+  const int c = threadIdx.x % per_head * 8;
+  const int hq = r.num_q_heads, hkv = r.num_kv_heads;
+  if (head >= hq + 2 * hkv) return;
+  const int64_t slot = s.out_slots[t];
+  if (head >= hq + hkv) {  // v: 16 values as they are
+    const int h = head - hq - hkv;
+    const TIn* src = static_cast<const TIn*>(s.v) + (int64_t{t} * hkv + h) * d + 2 * c;
+    T* dst = static_cast<T*>(s.v_pool) + kv_row(slot, h, hkv) * d + 2 * c;
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      A::load8(src + 8 * i, x);
+      store8<Traits>(dst + 8 * i, x, s.v_scale[h]);
+    }
+    return;
+  }
+  const bool is_k = head >= hq;
+  const int h = is_k ? head - hq : head;
+  TIn* row = static_cast<TIn*>(is_k ? r.k : r.q) + (int64_t{t} * (is_k ? hkv : hq) + h) * d;
+  float x1[8], x2[8];
+  A::load8(row + c, x1);
+  A::load8(row + c + half, x2);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) rotate_half_pair<A>(x1[j], x2[j], cs[c + j], cs[half + c + j]);
+  A::store8(row + c, x1);
+  A::store8(row + c + half, x2);
+  if (!is_k) return;
+  T* dst = static_cast<T*>(s.k_pool) + kv_row(slot, h, hkv) * d;
+  store8<Traits>(dst + c, x1, s.k_scale[h]);
+  store8<Traits>(dst + c + half, x2, s.k_scale[h]);
 }
 
 template <typename TIn, DType kStore>
@@ -125,7 +182,51 @@ void launch_for_input(const KvStoreParams& p, cudaStream_t stream) {
   }
 }
 
+template <typename TIn, DType kStore>
+void launch_fused_typed(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
+  const int heads_per_block = kFusedThreads / (r.head_dim / 16);
+  const dim3 grid(r.num_tokens, (r.num_q_heads + 2 * r.num_kv_heads + heads_per_block - 1) / heads_per_block);
+  const size_t smem = sizeof(float) * static_cast<size_t>(r.head_dim);
+  rope_kv_store_kernel<TIn, kStore><<<grid, kFusedThreads, smem, stream>>>(r, s);
+  SERVE8_CUDA_CHECK_LAUNCH("rope_kv_store_kernel");
+}
+
+template <typename TIn>
+void launch_fused_for_input(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
+  switch (s.kv_dtype) {
+    case DType::kBF16:
+      return launch_fused_typed<TIn, DType::kBF16>(r, s, stream);
+    case DType::kF16:
+      return launch_fused_typed<TIn, DType::kF16>(r, s, stream);
+    case DType::kFP8E5M2:
+      return launch_fused_typed<TIn, DType::kFP8E5M2>(r, s, stream);
+    case DType::kFP8E4M3:
+      return launch_fused_typed<TIn, DType::kFP8E4M3>(r, s, stream);
+    case DType::kF32:
+      if constexpr (std::is_same_v<TIn, float>) launch_fused_typed<float, DType::kF32>(r, s, stream);
+      return;
+    case DType::kI32:
+    case DType::kI8:
+    case DType::kI4:
+      return;  // rejected by the backend's entry point
+  }
+}
+
 }  // namespace
+
+bool rope_kv_store_fusable(const RopeParams& r, const KvStoreParams& s) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return r.head_dim % 16 == 0 && r.head_dim / 16 <= kFusedThreads && aligned(r.q) && aligned(r.k) && aligned(s.v);
+}
+
+void launch_rope_kv_store(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
+  if (r.num_tokens == 0) return;
+  if (r.dtype == DType::kF32) {
+    launch_fused_for_input<float>(r, s, stream);
+  } else {
+    launch_fused_for_input<uint16_t>(r, s, stream);
+  }
+}
 
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
