@@ -321,7 +321,7 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
 // k and the pool byte for byte as rope followed by kv_store, for every storage dtype.
 TEST_F(CudaBackendTest, RopeKvStoreIsRopeThenKvStore) {
   test::expect_rope_kv_store_is_rope_then_kv_store(*gpu_, DType::kBF16,
-                                                   {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, rng_);
+                                                   {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, 256, rng_);
 }
 
 }  // namespace
