@@ -110,6 +110,74 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
   if (p.q) store_fp8_row(out, p.q + row * p.hidden, p.q_scale + row, p.hidden, block_max(amax, scratch), kVec);
 }
 
+// Eight weights from a 16-byte aligned address.
+__device__ __forceinline__ void load_weight8(const RmsNormParams& p, int i, float (&w)[8]) {
+  if (p.weight_f32) {
+    Act<float>::load8(static_cast<const float*>(p.weight) + i, w);
+  } else {
+    Act<uint16_t>::load8(static_cast<const uint16_t*>(p.weight) + i, w);
+  }
+}
+
+// rmsnorm_kernel<T, 8> for rows of at most kRowThreads * 8 * kIters elements, with the same
+// arithmetic in the same order: the row and its weights stay in registers, all loaded before
+// any store, so a row costs one round trip to memory instead of three.
+template <typename T, int kIters>
+__global__ void __launch_bounds__(kRowThreads) rmsnorm_regs_kernel(const RmsNormParams p) {
+  allow_dependent_launch();
+  using A = Act<T>;
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = static_cast<const T*>(p.x) + row * p.hidden;
+  T* res = p.residual ? static_cast<T*>(p.residual) + row * p.hidden : nullptr;
+  T* out = static_cast<T*>(p.out) + row * p.hidden;
+  float v[kIters][8], a[kIters][8], w[kIters][8];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (i >= p.hidden) continue;
+    A::load8(x + i, v[it]);
+    if (res) A::load8(res + i, a[it]);
+    load_weight8(p, i, w[it]);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (i >= p.hidden) continue;
+    if (res) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[it][j] = A::round(v[it][j] + a[it][j]);
+      A::store8(res + i, v[it]);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss += v[it][j] * v[it][j];
+  }
+  ss = block_sum(ss, scratch);
+  const float inv_rms = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
+  float amax = 0.0f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (i >= p.hidden) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[it][j] = A::round(v[it][j] * inv_rms * w[it][j]);
+      amax = fmaxf(amax, fabsf(v[it][j]));
+    }
+    A::store8(out + i, v[it]);
+  }
+  if (!p.q) return;
+  amax = block_max(amax, scratch);
+  const float inv = fp8_row_inv(amax);
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (i < p.hidden) store_e4m3x8(p.q + row * p.hidden + i, v[it], inv);
+  }
+  if (threadIdx.x == 0) p.q_scale[row] = fp8_row_scale(amax);
+}
+
 // One block per (token, 8 heads): the block computes the token's angles into shared memory, in
 // fp32 as float(pos) * inv_freq (each block the same values), then rotates its heads of q and k.
 template <typename T>
@@ -238,7 +306,14 @@ template <typename T>
 void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
   const bool vec = p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) &&
                    (!p.residual || aligned_host(p.residual)) && (!p.q || aligned_host(p.q));
-  if (vec) {
+  const int iters = (p.hidden + kRowThreads * 8 - 1) / (kRowThreads * 8);
+  if (vec && aligned_host(p.weight) && iters <= 4) {
+    const auto kernel = iters == 1   ? rmsnorm_regs_kernel<T, 1>
+                        : iters == 2 ? rmsnorm_regs_kernel<T, 2>
+                        : iters == 3 ? rmsnorm_regs_kernel<T, 3>
+                                     : rmsnorm_regs_kernel<T, 4>;
+    kernel<<<p.rows, kRowThreads, 0, stream>>>(p);
+  } else if (vec) {
     rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
     rmsnorm_kernel<T, 1><<<p.rows, kRowThreads, 0, stream>>>(p);
