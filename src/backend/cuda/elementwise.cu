@@ -280,6 +280,46 @@ __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const Sil
   store_fp8_row(o, p.q + r * p.inter, p.q_scale + r, p.inter, block_max(amax, scratch), kVec);
 }
 
+// silu_mul_fp8_kernel<T, 8> for rows of at most kSiluRowThreads * 8 * kIters, with the same
+// arithmetic: the row stays in registers for its FP8 codes instead of being read back.
+template <typename T, int kIters>
+__global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_regs_kernel(const SiluMulParams p) {
+  allow_dependent_launch();
+  using A = Act<T>;
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const T* g = static_cast<const T*>(p.gate_up) + r * 2 * p.inter;
+  T* o = static_cast<T*>(p.out) + r * p.inter;
+  float a[kIters][8], b[kIters][8];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (c >= p.inter) continue;
+    A::load8(g + c, a[it]);
+    A::load8(g + p.inter + c, b[it]);
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (c >= p.inter) continue;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      a[it][j] = A::round(silu(a[it][j]) * b[it][j]);
+      amax = fmaxf(amax, fabsf(a[it][j]));
+    }
+    A::store8(o + c, a[it]);
+  }
+  amax = block_max(amax, scratch);
+  const float inv = fp8_row_inv(amax);
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (c < p.inter) store_e4m3x8(p.q + r * p.inter + c, a[it], inv);
+  }
+  if (threadIdx.x == 0) p.q_scale[r] = fp8_row_scale(amax);
+}
+
 __global__ void bias_add_kernel(const BiasAddParams p) {
   const int64_t n = p.rows * p.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -324,7 +364,14 @@ template <typename T>
 void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
   const bool vec = p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out) && (!p.q || aligned_host(p.q));
   if (p.q) {
-    if (vec) {
+    const int iters = (p.inter + kSiluRowThreads * 8 - 1) / (kSiluRowThreads * 8);
+    if (vec && iters <= 4) {
+      const auto kernel = iters == 1   ? silu_mul_fp8_regs_kernel<T, 1>
+                          : iters == 2 ? silu_mul_fp8_regs_kernel<T, 2>
+                          : iters == 3 ? silu_mul_fp8_regs_kernel<T, 3>
+                                       : silu_mul_fp8_regs_kernel<T, 4>;
+      kernel<<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+    } else if (vec) {
       silu_mul_fp8_kernel<T, 8><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     } else {
       silu_mul_fp8_kernel<T, 1><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
