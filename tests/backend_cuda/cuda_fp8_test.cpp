@@ -31,7 +31,7 @@ TEST_F(CudaBackendTest, Fp8QuantizationIsBitExact) {
 
 // add_rmsnorm and silu_mul write FP8 rows of their output, byte for byte what quantize_fp8_rows
 // makes of that output (so fused and unfused FP8 models agree exactly): rows held in registers
-// (up to 8,192 for add_rmsnorm, 32,768 for silu_mul), wider rows and the scalar path.
+// (up to 8,192 for add_rmsnorm, 32,768 for silu_mul) and wider or odd rows, one element a time.
 TEST_F(CudaBackendTest, FusedFp8RowsEqualQuantizingTheOutput) {
   for (const auto& [t, h] :
        {std::pair<int64_t, int64_t>{1, 4096}, {2, 5120}, {1, 8192}, {2, 8200}, {1, 32776}, {5, 576}, {3, 100}}) {

@@ -180,7 +180,7 @@ TEST_F(CudaBackendTest, EmbeddingAndGatherAreExactCopies) {
 }
 
 TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
-  // Rows up to 8,192 wide are held in registers; 8,200 takes the looping kernel, 100 the scalar one.
+  // Rows up to 8,192 wide are held in registers; 8,200 and 100 take the one-element-a-time kernel.
   for (int64_t h : {4096, 5120, 8192, 8200, 72, 100}) {
     const int64_t t = 13;
     HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(t * h), 2.0f));
@@ -321,8 +321,8 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
 // rope_kv_store (one kernel where head_dim is a multiple of 16, the two ops otherwise) leaves q,
 // k and the pool byte for byte as rope followed by kv_store, for every storage dtype.
 TEST_F(CudaBackendTest, RopeKvStoreIsRopeThenKvStore) {
-  test::expect_rope_kv_store_is_rope_then_kv_store(*gpu_, DType::kBF16,
-                                                   {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, 256, rng_);
+  test::expect_rope_kv_store_is_rope_then_kv_store(
+      *gpu_, DType::kBF16, {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, 256, rng_);
 }
 
 }  // namespace

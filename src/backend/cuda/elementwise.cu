@@ -40,23 +40,17 @@ __device__ __forceinline__ float load_weight(const RmsNormParams& p, int i) {
 // The FP8 rows of a row this thread block just wrote (Backend::Fp8Rows), amax its max |value|:
 // each thread reads back only what it stored itself, so no barrier is needed before.
 template <typename T>
-__device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* scale, int cols, float amax, int vec) {
+__device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* scale, int cols, float amax) {
   const float inv = fp8_row_inv(amax);
-  if (vec == 8) {
-    for (int i = threadIdx.x * 8; i < cols; i += blockDim.x * 8) {
-      float v[8];
-      Act<T>::load8(row + i, v);
-      store_e4m3x8(q + i, v, inv);
-    }
-  } else {
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) q[i] = f32_to_e4m3(Act<T>::load(row + i) * inv);
-  }
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) q[i] = f32_to_e4m3(Act<T>::load(row + i) * inv);
   if (threadIdx.x == 0) *scale = fp8_row_scale(amax);
 }
 
-// One block per row. The first pass forms (and for add_rmsnorm stores) the row and its sum of
-// squares; the second reads it back from where this same thread put it, so no barrier is needed.
-template <typename T, int kVec>
+// One block per row, one element per access: rows of any width and alignment (rmsnorm_regs_kernel
+// takes the aligned rows of up to 8,192). The first pass forms (and for add_rmsnorm stores) the
+// row and its sum of squares; the second reads it back from where this same thread put it, so no
+// barrier is needed.
+template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
   allow_dependent_launch();
   using A = Act<T>;
@@ -67,47 +61,25 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParam
   T* out = static_cast<T*>(p.out) + row * p.hidden;
   const T* src = res ? res : x;  // where the normalized row lives after pass one
   float ss = 0.0f;
-  for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
-    float v[kVec];
-    if constexpr (kVec == 8) {
-      float a[8];
-      A::load8(x + i, v);
-      if (res) {
-        A::load8(res + i, a);
-        // The residual stream is stored in the activation dtype (bf16: rounded): normalize the
-        // sum as stored, as the next layer will see it.
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = A::round(v[j] + a[j]);
-        A::store8(res + i, v);
-      }
-    } else {
-      v[0] = A::load(x + i);
-      if (res) {
-        v[0] = A::round(v[0] + A::load(res + i));
-        A::store(res + i, v[0]);
-      }
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    float v = A::load(x + i);
+    if (res) {
+      // The residual stream is stored in the activation dtype (bf16: rounded): normalize the sum
+      // as stored, as the next layer will see it.
+      v = A::round(v + A::load(res + i));
+      A::store(res + i, v);
     }
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) ss += v[j] * v[j];
+    ss += v * v;
   }
   ss = block_sum(ss, scratch);
   const float inv_rms = rsqrtf(ss / static_cast<float>(p.hidden) + p.eps);
   float amax = 0.0f;
-  for (int i = threadIdx.x * kVec; i < p.hidden; i += blockDim.x * kVec) {
-    float v[kVec];
-    if constexpr (kVec == 8) {
-      A::load8(src + i, v);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = A::round(v[j] * inv_rms * load_weight(p, i + j));
-      A::store8(out + i, v);
-    } else {
-      v[0] = A::round(A::load(src + i) * inv_rms * load_weight(p, i));
-      A::store(out + i, v[0]);
-    }
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
+    const float v = A::round(A::load(src + i) * inv_rms * load_weight(p, i));
+    A::store(out + i, v);
+    amax = fmaxf(amax, fabsf(v));
   }
-  if (p.q) store_fp8_row(out, p.q + row * p.hidden, p.q_scale + row, p.hidden, block_max(amax, scratch), kVec);
+  if (p.q) store_fp8_row(out, p.q + row * p.hidden, p.q_scale + row, p.hidden, block_max(amax, scratch));
 }
 
 // Eight weights from a 16-byte aligned address.
@@ -119,9 +91,9 @@ __device__ __forceinline__ void load_weight8(const RmsNormParams& p, int i, floa
   }
 }
 
-// rmsnorm_kernel<T, 8> for rows of at most kRowThreads * 8 * kIters elements, with the same
-// arithmetic in the same order: the row and its weights stay in registers, all loaded before
-// any store, so a row costs one round trip to memory instead of three.
+// RMSNorm of 16-byte aligned rows of at most kRowThreads * 8 * kIters elements, 8 a thread an
+// access: the row and its weights stay in registers, all loaded before any store, so a row costs
+// one round trip to memory.
 template <typename T, int kIters>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_regs_kernel(const RmsNormParams p) {
   allow_dependent_launch();
@@ -247,8 +219,9 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
   }
 }
 
-// silu_mul with the FP8 rows of its output: a block per row, which the row's max needs.
-template <typename T, int kVec>
+// silu_mul with the FP8 rows of its output: a block per row, which the row's max needs; one
+// element per access, for rows silu_mul_fp8_regs_kernel does not take.
+template <typename T>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
   allow_dependent_launch();
   using A = Act<T>;
@@ -257,31 +230,16 @@ __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const Sil
   const T* g = static_cast<const T*>(p.gate_up) + r * 2 * p.inter;
   T* o = static_cast<T*>(p.out) + r * p.inter;
   float amax = 0.0f;
-  for (int c = threadIdx.x * kVec; c < p.inter; c += blockDim.x * kVec) {
-    float a[kVec], b[kVec];
-    if constexpr (kVec == 8) {
-      A::load8(g + c, a);
-      A::load8(g + p.inter + c, b);
-    } else {
-      a[0] = A::load(g + c);
-      b[0] = A::load(g + p.inter + c);
-    }
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      a[j] = A::round(silu(a[j]) * b[j]);
-      amax = fmaxf(amax, fabsf(a[j]));
-    }
-    if constexpr (kVec == 8) {
-      A::store8(o + c, a);
-    } else {
-      A::store(o + c, a[0]);
-    }
+  for (int c = threadIdx.x; c < p.inter; c += blockDim.x) {
+    const float a = A::round(silu(A::load(g + c)) * A::load(g + p.inter + c));
+    A::store(o + c, a);
+    amax = fmaxf(amax, fabsf(a));
   }
-  store_fp8_row(o, p.q + r * p.inter, p.q_scale + r, p.inter, block_max(amax, scratch), kVec);
+  store_fp8_row(o, p.q + r * p.inter, p.q_scale + r, p.inter, block_max(amax, scratch));
 }
 
-// silu_mul_fp8_kernel<T, 8> for rows of at most kSiluRowThreads * 8 * kIters, with the same
-// arithmetic: the row stays in registers for its FP8 codes instead of being read back.
+// silu_mul with FP8 rows for 16-byte aligned rows of at most kSiluRowThreads * 8 * kIters, 8 a
+// thread an access: the row stays in registers for its FP8 codes instead of being read back.
 template <typename T, int kIters>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_regs_kernel(const SiluMulParams p) {
   allow_dependent_launch();
@@ -353,10 +311,8 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
                         : iters == 3 ? rmsnorm_regs_kernel<T, 3>
                                      : rmsnorm_regs_kernel<T, 4>;
     kernel<<<p.rows, kRowThreads, 0, stream>>>(p);
-  } else if (vec) {
-    rmsnorm_kernel<T, 8><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
-    rmsnorm_kernel<T, 1><<<p.rows, kRowThreads, 0, stream>>>(p);
+    rmsnorm_kernel<T><<<p.rows, kRowThreads, 0, stream>>>(p);
   }
 }
 
@@ -371,10 +327,8 @@ void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
                           : iters == 3 ? silu_mul_fp8_regs_kernel<T, 3>
                                        : silu_mul_fp8_regs_kernel<T, 4>;
       kernel<<<p.rows, kSiluRowThreads, 0, stream>>>(p);
-    } else if (vec) {
-      silu_mul_fp8_kernel<T, 8><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     } else {
-      silu_mul_fp8_kernel<T, 1><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+      silu_mul_fp8_kernel<T><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     }
     return;
   }
