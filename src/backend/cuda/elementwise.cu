@@ -248,25 +248,27 @@ __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_regs_kernel(cons
   const int64_t r = blockIdx.x;
   const T* g = static_cast<const T*>(p.gate_up) + r * 2 * p.inter;
   T* o = static_cast<T*>(p.out) + r * p.inter;
-  float a[kIters][8], b[kIters][8];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
-    if (c >= p.inter) continue;
-    A::load8(g + c, a[it]);
-    A::load8(g + p.inter + c, b[it]);
-  }
+  // Only the products stay live (at 1,024 threads a thread has 64 registers): each vector's
+  // product is formed as its loads arrive, and the stores wait until every load was issued.
+  float a[kIters][8];
   float amax = 0.0f;
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
     if (c >= p.inter) continue;
+    float b[8];
+    A::load8(g + c, a[it]);
+    A::load8(g + p.inter + c, b);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      a[it][j] = A::round(silu(a[it][j]) * b[it][j]);
+      a[it][j] = A::round(silu(a[it][j]) * b[j]);
       amax = fmaxf(amax, fabsf(a[it][j]));
     }
-    A::store8(o + c, a[it]);
+  }
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int c = (it * kSiluRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (c < p.inter) A::store8(o + c, a[it]);
   }
   amax = block_max(amax, scratch);
   const float inv = fp8_row_inv(amax);
