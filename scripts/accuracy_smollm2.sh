@@ -52,11 +52,7 @@ if [[ " $PARTS " == *" fp8w "* ]]; then
   { cat "$W/calib.txt"; head -c 300000 "$W/gsm8k.txt"; } >"$W/calib_fp8w.txt"
   "$B" convert fp8 --model-path "$M" --calibration "$W/calib_fp8w.txt" --calibration-tokens 65536 --context "$CTX" \
     --activations token --output "$W/gptq_token" 2>/dev/null
-  # --activations only names the scheme in config.json (the codes do not depend on it): the
-  # weight-only checkpoint is the same tensors under a config without input_activations.
-  rm -rf "$W/gptq_none" && mkdir -p "$W/gptq_none" && ln -s "$W"/gptq_token/*.safetensors "$W/gptq_none/"
-  jq '.quantization_config.config_groups |= map_values(.input_activations = null)' "$W/gptq_token/config.json" \
-    >"$W/gptq_none/config.json"
+  python3 "$root/scripts/fp8_weight_only.py" "$W/gptq_token" "$W/gptq_none"
   for inputs in token none; do
     TEST_MODEL="$W/gptq_$inputs" run --kv-cache-dtype bf16 --tokenizer-path "$M" --reference-model-path "$M"
   done

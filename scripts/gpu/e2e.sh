@@ -96,18 +96,10 @@ qa = "".join(f"{p['question']}\n{p['answer']}\n\n" for p in map(json.loads, open
 open(f"{sys.argv[2]}/calib_fp8w.txt", "w").write(open(f"{sys.argv[2]}/calib.txt").read() + "\n" + qa[:300000])
 PY
     local fp8w=("--model-path $g --quantization fp8")
-    # One conversion: --activations only names the scheme in config.json, so the weight-only
-    # checkpoint is the same tensors under a config without input_activations.
+    # One conversion: the weight-only checkpoint is its tensors under another config.
     if OMP_NUM_THREADS=16 "$B" convert fp8 --model-path "$g" --calibration "$w/calib_fp8w.txt" --calibration-tokens 65536 \
       --context 512 --activations token --output "$w/gptq_token" >>"$OUT/log.txt" 2>&1; then
-      mkdir -p "$w/gptq_none" && ln -sf "$w"/gptq_token/*.safetensors "$w/gptq_none/"
-      python3 - "$w/gptq_token/config.json" "$w/gptq_none/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-for group in c["quantization_config"]["config_groups"].values():
-    group["input_activations"] = None
-json.dump(c, open(sys.argv[2], "w"), indent=2)
-PY
+      python3 "$root/scripts/fp8_weight_only.py" "$w/gptq_token" "$w/gptq_none"
       for inputs in token none; do
         fp8w+=("--model-path $w/gptq_$inputs --tokenizer-path $g --reference-model-path $g")
       done
