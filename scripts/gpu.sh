@@ -20,6 +20,7 @@
 #   scripts/gpu.sh pack-base COMMIT [TARGET...]
 #                                      here, after pack: serve8 (or the TARGETs) of COMMIT built
 #                                      alike, .gpu/base/TARGET.xz, for `ab` and `ab-attention`
+#                                      (later packs keep it; pack-base replaces only its TARGETs)
 #   scripts/gpu.sh ab SERVE8 ARGS...   there: `serve8 SERVE8 ARGS` of the base and of the pack,
 #                                      alternated SERVE8_AB_ROUNDS times (default 2) from the
 #                                      unpacked folder (so `--model-path shared/configs/...`);
@@ -109,15 +110,17 @@ pack() {
   src="$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null)"
   src="${src:-$root}"
   { git -C "$src" rev-parse HEAD; git -C "$src" diff --quiet HEAD || echo "(+ uncommitted changes)"; } >"$s/GIT_HASH"
-  rm -rf "$root/.gpu" && mkdir -p "$root/.gpu"
+  # A base from pack-base stays: its binaries use the pack's libraries, whatever the pack's commit.
+  mkdir -p "$root/.gpu" && rm -f "$root/.gpu/pack.tar.xz"
   XZ_OPT=-9 tar -C "$s" -cJf "$root/.gpu/pack.tar.xz" .
   local size
-  size=$(stat -c %s "$root/.gpu/pack.tar.xz")
+  size=$(du -cb "$root/.gpu" | tail -1 | cut -f1)
   local tree
   tree=$(tree_bytes)
-  echo "gpu.sh pack: .gpu/pack.tar.xz $((size >> 20)) MiB ($size bytes) from $(head -1 "$s/GIT_HASH");" \
-    "with the working tree ($((tree >> 20)) MiB) $(((size + tree) >> 20)) of 64 MiB"
-  ((size + tree < limit)) || { echo "gpu.sh pack: over the 64 MiB a GPU job takes" >&2; return 1; }
+  echo "gpu.sh pack: .gpu/pack.tar.xz from $(head -1 "$s/GIT_HASH"); .gpu ($((size >> 20)) MiB$(
+    [[ -d "$root/.gpu/base" ]] && echo ", base $(cat "$root"/.gpu/base/*.commit 2>/dev/null | cut -c1-7 | sort -u | paste -sd' ')"))" \
+    "and the working tree ($((tree >> 20)) MiB) $(((size + tree) >> 20)) of 64 MiB"
+  ((size + tree < limit)) || { echo "gpu.sh pack: over the 64 MiB a GPU job takes (rm -r .gpu/base?)" >&2; return 1; }
 }
 
 # Python packages the GPU machine lacks, for its Python 3.12 (manylinux x86_64), cached in .whl/gpu:
@@ -200,21 +203,21 @@ pack_base() {
   local commit="${1:?usage: scripts/gpu.sh pack-base COMMIT [TARGET...]}" wt="$root/.gpu-base-src" build="$root/build-base"
   shift
   local targets=("${@:-serve8}") t f
-  [[ -f "$root/.gpu/pack.tar.xz" ]] || { echo "gpu.sh pack-base: run 'scripts/gpu.sh pack' first (it empties .gpu)" >&2; return 1; }
+  [[ -f "$root/.gpu/pack.tar.xz" ]] || { echo "gpu.sh pack-base: run 'scripts/gpu.sh pack' first" >&2; return 1; }
   commit="$(git -C "$root" rev-parse --verify "$commit^{commit}")"
   [[ -e "$wt/.git" ]] || git -C "$root" worktree add --detach "$wt" "$commit" >/dev/null
   git -C "$wt" checkout -q --detach "$commit"
   [[ -e "$wt/.deps" || ! -d "$root/.deps" ]] || ln -s "$root/.deps" "$wt/.deps"  # the xgrammar sdist
   configure_cuda "$wt" "$build"
   ninja -C "$build" -j"${SERVE8_JOBS:-2}" "${targets[@]}"
-  rm -rf "$root/.gpu/base" && mkdir -p "$root/.gpu/base"
-  for t in "${targets[@]}"; do
+  mkdir -p "$root/.gpu/base" && rm -f "$root/.gpu/base/GIT_HASH"
+  for t in "${targets[@]}"; do  # each target replaced alone, its commit beside it
     f="$(find "$build" -type f -name "$t" -perm -u+x | head -1)"
     [[ -n "$f" ]] || { echo "gpu.sh pack-base: no executable $t in $build" >&2; return 1; }
     strip --strip-debug -o "$root/.gpu/base/$t" "$f"
     xz -f -T2 -6 "$root/.gpu/base/$t"
+    git -C "$wt" rev-parse HEAD >"$root/.gpu/base/$t.commit"
   done
-  git -C "$wt" rev-parse HEAD >"$root/.gpu/base/GIT_HASH"
   local size tree
   size=$(du -cb "$root/.gpu" | tail -1 | cut -f1)
   tree=$(tree_bytes)
