@@ -64,8 +64,6 @@ KvGeometry check_kv_layer(const KvLayer& kv, const char* op) {
 // The orthonormal Walsh-Hadamard transform's factor, as the CPU reference computes it.
 float hadamard_norm(int64_t head_dim) { return 1.0f / std::sqrt(static_cast<float>(head_dim)); }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // An fp32 pool holds what fp32 compute wrote; bf16 activations never meet it.
 void check_kv_matches_activations(DType kv, DType act, const char* op) {
   SERVE8_CHECK(kv != DType::kF32 || act == DType::kF32,

@@ -15,8 +15,6 @@ using cuda_ops::check_dtype;
 
 namespace {
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
-
 // The checks both FP8 GEMMs share: e4m3 weights [N, K] with fp32 scales [N], x [M, K], out [M, N]
 // in the compute dtype, K a multiple of 16 (cuBLASLt's FP8 GEMMs take no other; every Llama-family
 // hidden and MLP size is one), an optional bf16 or fp32 bias [N].

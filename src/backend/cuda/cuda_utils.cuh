@@ -115,8 +115,6 @@ __device__ __forceinline__ void rotate_half_pair(float& x1, float& x2, float c, 
   x2 = A::round(y2);
 }
 
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1,6 +1,8 @@
 // The small kernels: row gathers, RMSNorm (with the fused residual add), RoPE, SiLU·mul and the
 // bias fallback. All memory bound; 16-byte accesses where rows allow them. Templates over the
 // activation type T (uint16_t bf16 bits or float, see Act in cuda_utils.cuh); math is fp32.
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -300,19 +302,31 @@ int grid_for(int64_t n, int threads) {
   return static_cast<int>(blocks < 65535 * 8 ? (blocks > 0 ? blocks : 1) : 65535 * 8);
 }
 
-bool aligned_host(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// The register kernels hold at most this many 8-wide vectors of a row per thread.
+constexpr int kMaxRegIters = 4;
+
+// f(std::integral_constant<int, iters>{}) for iters in 1..kMaxRegIters: a register kernel's instance.
+template <typename F>
+void with_iters(int iters, F&& f) {
+  switch (iters) {
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    default:
+      return f(std::integral_constant<int, kMaxRegIters>{});
+  }
+}
 
 template <typename T>
 void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
-  const bool vec = p.hidden % 8 == 0 && aligned_host(p.x) && aligned_host(p.out) &&
-                   (!p.residual || aligned_host(p.residual)) && (!p.q || aligned_host(p.q));
+  const bool vec = p.hidden % 8 == 0 && aligned16(p.x) && aligned16(p.out) && (!p.residual || aligned16(p.residual)) &&
+                   (!p.q || aligned16(p.q));
   const int iters = (p.hidden + kRowThreads * 8 - 1) / (kRowThreads * 8);
-  if (vec && aligned_host(p.weight) && iters <= 4) {
-    const auto kernel = iters == 1   ? rmsnorm_regs_kernel<T, 1>
-                        : iters == 2 ? rmsnorm_regs_kernel<T, 2>
-                        : iters == 3 ? rmsnorm_regs_kernel<T, 3>
-                                     : rmsnorm_regs_kernel<T, 4>;
-    kernel<<<p.rows, kRowThreads, 0, stream>>>(p);
+  if (vec && aligned16(p.weight) && iters <= kMaxRegIters) {
+    with_iters(iters, [&](auto n) { rmsnorm_regs_kernel<T, n()><<<p.rows, kRowThreads, 0, stream>>>(p); });
   } else {
     rmsnorm_kernel<T><<<p.rows, kRowThreads, 0, stream>>>(p);
   }
@@ -320,15 +334,11 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
 
 template <typename T>
 void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
-  const bool vec = p.inter % 8 == 0 && aligned_host(p.gate_up) && aligned_host(p.out) && (!p.q || aligned_host(p.q));
+  const bool vec = p.inter % 8 == 0 && aligned16(p.gate_up) && aligned16(p.out) && (!p.q || aligned16(p.q));
   if (p.q) {
     const int iters = (p.inter + kSiluRowThreads * 8 - 1) / (kSiluRowThreads * 8);
-    if (vec && iters <= 4) {
-      const auto kernel = iters == 1   ? silu_mul_fp8_regs_kernel<T, 1>
-                          : iters == 2 ? silu_mul_fp8_regs_kernel<T, 2>
-                          : iters == 3 ? silu_mul_fp8_regs_kernel<T, 3>
-                                       : silu_mul_fp8_regs_kernel<T, 4>;
-      kernel<<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+    if (vec && iters <= kMaxRegIters) {
+      with_iters(iters, [&](auto n) { silu_mul_fp8_regs_kernel<T, n()><<<p.rows, kSiluRowThreads, 0, stream>>>(p); });
     } else {
       silu_mul_fp8_kernel<T><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     }

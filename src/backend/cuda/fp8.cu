@@ -21,8 +21,7 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + row * p.cols;
   uint8_t* q = p.q + row * p.cols;
-  const bool vec =
-      p.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0 && (reinterpret_cast<uintptr_t>(q) & 7u) == 0;
+  const bool vec = p.cols % 8 == 0 && aligned16(x) && (reinterpret_cast<uintptr_t>(q) & 7u) == 0;
   float amax = 0.0f;
   if (vec) {
     for (int64_t j = 8 * threadIdx.x; j < p.cols; j += 8 * blockDim.x) {

@@ -12,6 +12,9 @@
 
 namespace serve8 {
 
+// Whether p allows 16-byte accesses: the vector paths' condition, on the host and in kernels.
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // dst[i] = src[rows[i] - first_row] for whole rows of row_bytes bytes (embedding, its
 // vocabulary-parallel shard, and gather_rows).
 struct GatherRowsParams {

@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
 template <typename TIn, DType kStore>
 void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int threads = 256;
-  const bool vec = p.head_dim % 8 == 0 && (reinterpret_cast<uintptr_t>(p.k) & 15u) == 0 &&
-                   (reinterpret_cast<uintptr_t>(p.v) & 15u) == 0;
+  const bool vec = p.head_dim % 8 == 0 && aligned16(p.k) && aligned16(p.v);
   const int64_t work = 2 * int64_t{p.num_tokens} * p.num_kv_heads * (vec ? p.head_dim / 8 : p.head_dim);
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
@@ -160,28 +159,6 @@ void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   SERVE8_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
-template <typename TIn>
-void launch_for_input(const KvStoreParams& p, cudaStream_t stream) {
-  switch (p.kv_dtype) {
-    case DType::kBF16:
-      return launch_typed<TIn, DType::kBF16>(p, stream);
-    case DType::kF16:
-      return launch_typed<TIn, DType::kF16>(p, stream);
-    case DType::kFP8E5M2:
-      return launch_typed<TIn, DType::kFP8E5M2>(p, stream);
-    case DType::kFP8E4M3:
-      return launch_typed<TIn, DType::kFP8E4M3>(p, stream);
-    case DType::kF32:
-      // An fp32 pool holds fp32 compute's K/V only; bf16 rows into it are rejected by the backend.
-      if constexpr (std::is_same_v<TIn, float>) launch_typed<float, DType::kF32>(p, stream);
-      return;
-    case DType::kI32:
-    case DType::kI8:
-    case DType::kI4:
-      return;  // rejected by the backend's entry point
-  }
-}
-
 template <typename TIn, DType kStore>
 void launch_fused_typed(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
   const int heads_per_block = kFusedThreads / (r.head_dim / 16);
@@ -191,50 +168,51 @@ void launch_fused_typed(const RopeParams& r, const KvStoreParams& s, cudaStream_
   SERVE8_CUDA_CHECK_LAUNCH("rope_kv_store_kernel");
 }
 
-template <typename TIn>
-void launch_fused_for_input(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
-  switch (s.kv_dtype) {
-    case DType::kBF16:
-      return launch_fused_typed<TIn, DType::kBF16>(r, s, stream);
-    case DType::kF16:
-      return launch_fused_typed<TIn, DType::kF16>(r, s, stream);
-    case DType::kFP8E5M2:
-      return launch_fused_typed<TIn, DType::kFP8E5M2>(r, s, stream);
-    case DType::kFP8E4M3:
-      return launch_fused_typed<TIn, DType::kFP8E4M3>(r, s, stream);
-    case DType::kF32:
-      if constexpr (std::is_same_v<TIn, float>) launch_fused_typed<float, DType::kF32>(r, s, stream);
-      return;
-    case DType::kI32:
-    case DType::kI8:
-    case DType::kI4:
-      return;  // rejected by the backend's entry point
+// Calls f.template operator()<TIn, kStore>() for p's activation type (bf16 bits or float) and
+// pool dtype. int8/int4 pools, and bf16 rows into an fp32 pool (which holds fp32 compute's K/V
+// only), are rejected by the backend's entry point.
+template <typename F>
+void with_store_types(const KvStoreParams& p, F&& f) {
+  const auto for_input = [&]<typename TIn>() {
+    switch (p.kv_dtype) {
+      case DType::kBF16:
+        return f.template operator()<TIn, DType::kBF16>();
+      case DType::kF16:
+        return f.template operator()<TIn, DType::kF16>();
+      case DType::kFP8E5M2:
+        return f.template operator()<TIn, DType::kFP8E5M2>();
+      case DType::kFP8E4M3:
+        return f.template operator()<TIn, DType::kFP8E4M3>();
+      case DType::kF32:
+        if constexpr (std::is_same_v<TIn, float>) f.template operator()<float, DType::kF32>();
+        return;
+      case DType::kI32:
+      case DType::kI8:
+      case DType::kI4:
+        return;
+    }
+  };
+  if (p.dtype == DType::kF32) {
+    for_input.template operator()<float>();
+  } else {
+    for_input.template operator()<uint16_t>();
   }
 }
 
 }  // namespace
 
 bool rope_kv_store_fusable(const RopeParams& r, const KvStoreParams& s) {
-  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-  return r.head_dim % 16 == 0 && r.head_dim / 16 <= kFusedThreads && aligned(r.q) && aligned(r.k) && aligned(s.v);
+  return r.head_dim % 16 == 0 && r.head_dim / 16 <= kFusedThreads && aligned16(r.q) && aligned16(r.k) && aligned16(s.v);
 }
 
 void launch_rope_kv_store(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
   if (r.num_tokens == 0) return;
-  if (r.dtype == DType::kF32) {
-    launch_fused_for_input<float>(r, s, stream);
-  } else {
-    launch_fused_for_input<uint16_t>(r, s, stream);
-  }
+  with_store_types(s, [&]<typename TIn, DType kStore>() { launch_fused_typed<TIn, kStore>(r, s, stream); });
 }
 
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
-  if (p.dtype == DType::kF32) {
-    launch_for_input<float>(p, stream);
-  } else {
-    launch_for_input<uint16_t>(p, stream);
-  }
+  with_store_types(p, [&]<typename TIn, DType kStore>() { launch_typed<TIn, kStore>(p, stream); });
 }
 
 }  // namespace serve8

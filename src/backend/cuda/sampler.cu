@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/sampler.h"
 
 namespace serve8 {
@@ -51,7 +52,6 @@ using BlockReduceI = cub::BlockReduce<int, kThreads>;
 using BlockScanD = cub::BlockScan<double, kThreads>;
 
 __device__ void decide(const SampleParams& p, int row, int token) {
-  p.state[row].result = token;
   p.state[row].decided = 1;
   p.out[row] = token;
 }
@@ -411,7 +411,7 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     SERVE8_CUDA_CHECK(cudaMemsetAsync(done_, 0, done_bytes_, stream_));
   }
   p.done = static_cast<int*>(done_);
-  const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  const bool vec = vocab % 4 == 0 && aligned16(logits);
   const auto max_kernel = vec ? sample_max_kernel<true> : sample_max_kernel<false>;
   const auto weights_kernel = vec ? sample_weights_kernel<true> : sample_weights_kernel<false>;
   for (const Chunk& c : chunks) {

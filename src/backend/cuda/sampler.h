@@ -39,7 +39,6 @@ struct SampleRowState {
   float max_z = 0.0f;  // max logit / T, and its first id
   int max_z_id = -1;
   int num_candidates = 0;
-  int result = 0;  // the token, once decided
   int decided = 0;
 };
 
