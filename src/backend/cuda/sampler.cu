@@ -417,7 +417,6 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
   for (const Chunk& c : chunks) {
     if (c.num_rows == 0) continue;
     p.row_begin = c.row_begin;
-    p.num_rows = c.num_rows;
     const dim3 grid(splits, static_cast<unsigned>(c.num_rows));
     max_kernel<<<grid, kThreads, 0, stream_>>>(p);
     SERVE8_CUDA_CHECK_LAUNCH("sample_max_kernel");

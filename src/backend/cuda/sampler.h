@@ -57,7 +57,6 @@ struct SampleParams {
   int64_t vocab = 0;
   int64_t split_len = 0;  // logits a block scans: a multiple of 4
   int row_begin = 0;      // first row of the chunk
-  int num_rows = 0;
 };
 
 class CudaSampler {
