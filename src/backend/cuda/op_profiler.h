@@ -1,6 +1,7 @@
 // OpProfiler: device time per backend op, from CUDA events recorded around each op's launches on
 // the backend's stream. Off by default (an op then pays one branch); bench-one-batch switches it
-// on, with CUDA graphs off, to split a step's time by op.
+// on, with CUDA graphs off, to split a step's time by op. An op that finds the stream idle first
+// holds it for a while, so that the ops' times are the device's and not the host's launches.
 #pragma once
 
 #include <cuda_runtime.h>

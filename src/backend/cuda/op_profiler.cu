@@ -1,14 +1,25 @@
-#include "backend/cuda/op_profiler.h"
-
 #include <algorithm>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/op_profiler.h"
 
 namespace serve8 {
 
 namespace {
 constexpr size_t kMaxPending = 4096;  // records before a fold waits for the stream
+// An idle stream is held this long before the next op, so the host queues the ops ahead of the
+// device and no op's time includes its own launch (graphs off, a step's launches are host-bound).
+constexpr uint64_t kHoldNs = 20'000'000;
+
+__global__ void hold_kernel(uint64_t ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
 }
+}  // namespace
 
 OpProfiler::~OpProfiler() {
   for (Record& r : records_) {
@@ -30,6 +41,13 @@ int OpProfiler::begin(const char* op) {
     SERVE8_CUDA_CHECK(cudaEventCreate(&r.start));
     SERVE8_CUDA_CHECK(cudaEventCreate(&r.stop));
     records_.push_back(r);
+  }
+  const cudaError_t idle = cudaStreamQuery(stream_);
+  if (idle == cudaSuccess) {
+    hold_kernel<<<1, 1, 0, stream_>>>(kHoldNs);
+    SERVE8_CUDA_CHECK(cudaGetLastError());
+  } else if (idle != cudaErrorNotReady) {
+    SERVE8_CUDA_CHECK(idle);
   }
   Record& r = records_[used_];
   r.op = op;
