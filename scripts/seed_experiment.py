@@ -169,6 +169,10 @@ def row(a):
     r["peak_running_sampled"] = sampled
     r["num_retractions"] = d("num_retractions")
     r["decode_steps"] = steps
+    r["decode_seconds"] = finite(secs) if secs is not None else None
+    # Steps that carry prompt tokens (decode rows may ride along): where a run's other time goes.
+    for k in ("prefill_steps", "prefill_seconds", "prefill_tokens", "prefill_decode_rows"):
+        r[k] = d(k)
     r["mean_decode_step_ms"] = finite(1e3 * secs / steps) if steps else None
     r["mean_decode_kv_tokens"] = finite(kv_tok / steps) if steps else None
     r["decode_mbu"] = mbu(wread, steps or 0, kv_tok or 0, bpt, secs, copy_gbps) if wread else None
@@ -217,7 +221,9 @@ def line(text):
           f"decode MBU {f('decode_mbu', '{:.3f}')} (>= {r['large_decode_batch']} rows: "
           f"{f('large_decode_mbu', '{:.3f}')} over {r['large_decode_steps']} steps, {r['large_decode_source']}), "
           f"host share of decode steps {f('decode_host_share', '{:.3f}')} (>= {r['large_decode_batch']} rows: "
-          f"{f('large_decode_host_share', '{:.3f}')})")
+          f"{f('large_decode_host_share', '{:.3f}')}); decode steps {f('decode_seconds', '{:.1f}')} s, "
+          f"steps with prompt tokens {f('prefill_seconds', '{:.1f}')} s over {r.get('prefill_steps')} "
+          f"({r.get('prefill_tokens')} prompt tokens, {r.get('prefill_decode_rows')} decode rows)")
 
 
 def main():

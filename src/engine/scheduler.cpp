@@ -149,12 +149,12 @@ int Scheduler::step() {
   if (rows.empty()) return 0;
   const Tensor logits = run(rows);
   postprocess(rows, logits);
-  int tokens = 0;
-  bool decodes = false;
+  int tokens = 0, decode_rows = 0;
   for (const Row& row : rows) {
     tokens += row.q_len;
-    decodes |= row.q_len == 1;
+    decode_rows += row.q_len == 1;
   }
+  const bool decodes = decode_rows > 0;
   // The reservation relaxes with every step that decodes, mixed with prompt chunks or not (SGLang
   // decays it once a decode batch, and a stream of arrivals would leave few steps decode-only).
   if (decodes) new_token_ratio_ = std::max(ratio_min_, new_token_ratio_ - ratio_decay_);
@@ -166,6 +166,8 @@ int Scheduler::step() {
     counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);
     if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch)
       counters_.large_decode.add(counters_.last_step_seconds, host, kv_tokens);
+  } else {
+    counters_.prefill.add(counters_.last_step_seconds, tokens - decode_rows, decode_rows);
   }
   counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
   return tokens;

@@ -51,6 +51,21 @@ struct DecodeCounters {
   }
 };
 
+// Counters over the steps that carry prompt tokens (a prefill, or prompt chunks beside decode rows).
+struct PrefillCounters {
+  int64_t steps = 0;
+  double seconds = 0.0;
+  int64_t prompt_tokens = 0;  // prompt tokens computed (recomputed ones of retracted requests too)
+  int64_t decode_rows = 0;    // decode rows that rode along
+
+  void add(double step_seconds, int64_t step_prompt_tokens, int64_t step_decode_rows) {
+    steps++;
+    seconds += step_seconds;
+    prompt_tokens += step_prompt_tokens;
+    decode_rows += step_decode_rows;
+  }
+};
+
 struct SchedulerStats {
   int num_running = 0;
   int num_waiting = 0;
@@ -72,6 +87,7 @@ struct SchedulerStats {
   static constexpr int kLargeDecodeBatch = 64;
   DecodeCounters decode;
   DecodeCounters large_decode;
+  PrefillCounters prefill;
 };
 
 class Scheduler {

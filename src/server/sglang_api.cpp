@@ -246,6 +246,10 @@ Json server_info(const ServerContext& ctx) {
           {"large_decode_seconds", s.large_decode.seconds},
           {"large_decode_host_seconds", s.large_decode.host_seconds},
           {"large_decode_kv_tokens", s.large_decode.kv_tokens},
+          {"prefill_steps", s.prefill.steps},
+          {"prefill_seconds", s.prefill.seconds},
+          {"prefill_tokens", s.prefill.prompt_tokens},
+          {"prefill_decode_rows", s.prefill.decode_rows},
           // At tp > 1 the weights are rank 0's shard: what one GPU reads a step (its MBU's share).
           {"tp_size", ctx.engine.model().tp_shard().size},
           {"weight_bytes", ctx.engine.model().weight_bytes()},

@@ -143,7 +143,7 @@ TEST(Scheduler, RequestBeyondItsReservationStillRuns) {
   expect_all_slots_free(*e);
 }
 
-// The decode counters behind the server's MBU figures: 64 prompts of 5 tokens, 4 new tokens each ->
+// The step counters behind the server's MBU figures: 64 prompts of 5 tokens, 4 new tokens each ->
 // one prefill step (which samples the first), then 3 decode steps of 64 rows reading 6, 7 and 8
 // KV tokens per row. The host's share is part of each step's time.
 TEST(Scheduler, DecodeCountersCountDecodeOnlySteps) {
@@ -160,6 +160,25 @@ TEST(Scheduler, DecodeCountersCountDecodeOnlySteps) {
   EXPECT_EQ(s.large_decode.kv_tokens, s.decode.kv_tokens);
   EXPECT_GT(s.decode.host_seconds, 0.0);
   EXPECT_LT(s.decode.host_seconds, s.decode.seconds);
+  EXPECT_EQ(s.prefill.steps, 1);
+  EXPECT_EQ(s.prefill.prompt_tokens, 64 * 5);
+  EXPECT_EQ(s.prefill.decode_rows, 0);
+  EXPECT_GT(s.prefill.seconds, 0.0);
+}
+
+// Steps with prompt tokens, decode rows riding along: with chunks of 4, a 12-token prompt takes
+// three steps; a 3-token prompt admitted beside it prefills in the first and decodes in the next two.
+TEST(Scheduler, PrefillCountersCountPromptChunksAndTheirDecodeRows) {
+  EngineArgs args = stories_args("bf16");
+  args.scheduler.disable_radix_cache = true;
+  args.scheduler.chunked_prefill_size = 4;
+  auto e = create_engine(args);
+  generate_all(*e, {random_prompts(1, 12, 12, 5)[0], random_prompts(1, 3, 3, 6)[0]}, greedy(4));
+  const SchedulerStats s = e->stats();
+  EXPECT_EQ(s.prefill.steps, 3);
+  EXPECT_EQ(s.prefill.prompt_tokens, 15);
+  EXPECT_EQ(s.prefill.decode_rows, 2);
+  EXPECT_EQ(s.decode.steps, 3) << "step 4 decodes both, steps 5 and 6 the long prompt's last two";
 }
 
 TEST(Scheduler, AbortFreesSlots) {
