@@ -7,6 +7,10 @@
 // cuBLASLt bf16 (the bf16 weights' GEMM).
 //
 //   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
+//              [--algos N]
+//
+// --algos N adds cuBLASLt's FP8 and bf16 GEMMs with the 2nd..Nth algorithms of its heuristic
+// ("cublaslt fp8 #2", ...), where the shape has that many: whether its first choice is its best.
 //
 // A row's bytes are the weight, the input rows and the output rows; fraction_of_copy is its rate
 // over the copy bandwidth (read + write) for one launch after an L2 flush, graph_fraction_of_copy
@@ -19,6 +23,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -146,6 +151,7 @@ int run(int argc, char** argv) {
   int reps = 20;
   std::vector<int64_t> ms_list = {1, 2, 4, 8, 16, 32, 64};
   std::vector<int64_t> splits_list;
+  int algos = 1;
   std::string command = "bench_gemm";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -157,6 +163,8 @@ int run(int argc, char** argv) {
       out_path = v;
     } else if (a == "--reps") {
       reps = std::max(1, std::atoi(v.c_str()));
+    } else if (a == "--algos") {
+      algos = std::clamp(std::atoi(v.c_str()), 1, 16);
     } else if (a == "--filter") {
       filter = v;
     } else if (a == "--m" || a == "--splits") {
@@ -193,6 +201,8 @@ int run(int argc, char** argv) {
   std::printf("%-22s %3s %-18s %9s %7s %9s %7s\n", "matrix", "M", "kernel", "cold ms", "%copy", "graph ms", "%copy");
 
   CublasLtGemm lt(s);
+  std::vector<std::unique_ptr<CublasLtGemm>> ranked;  // ranked[r - 1]: the heuristic's algorithm r
+  for (int r = 1; r < algos; ++r) ranked.push_back(std::make_unique<CublasLtGemm>(s, r));
   SkinnyFp8Gemm skinny(props.multiProcessorCount);
   const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   // Weight-only FP8 above 16 rows widens the matrix into a buffer sized here, as a model does.
@@ -277,6 +287,30 @@ int run(int argc, char** argv) {
                            be.gemm(tx16, tw16, nullptr, tout);
                          },
                          2});
+      GemmArgs ba = fa;
+      ba.x = x16.data();
+      ba.in_type = CUDA_R_16BF;
+      ba.x_scale = ba.w_scale = nullptr;
+      for (int r = 1; r < algos; ++r) {
+        CublasLtGemm& g = *ranked[static_cast<size_t>(r - 1)];
+        const std::string tag = " #" + std::to_string(r + 1);
+        for (const bool bf16 : {false, true}) {
+          GemmArgs a = bf16 ? ba : fa;
+          a.w = bf16 ? static_cast<const void*>(w16_copy(0)) : static_cast<const void*>(w8_copy(0));
+          try {
+            g.run(a);  // plans it, or refuses: fewer algorithms than r + 1
+          } catch (const std::exception&) {
+            continue;
+          }
+          kernels.push_back({(bf16 ? "cublaslt bf16" : "cublaslt fp8") + tag, double(n * k) * (bf16 ? 2 : 1),
+                             [&, a, bf16](int c) {
+                               GemmArgs x = a;
+                               x.w = bf16 ? static_cast<const void*>(w16_copy(c)) : w8_copy(c);
+                               g.run(x);
+                             },
+                             bf16 ? 2.0 : 1.0});
+        }
+      }
       for (const Kernel& kn : kernels) {
         const double ms = time_cold_ms(s, reps, flush.data(), flush_bytes, sinkp, [&] { kn.fn(0); });
         const double graph_ms = time_graph_ms(s, reps, copies, kn.fn);

@@ -1,5 +1,7 @@
 #include "backend/cuda/gemm.h"
 
+#include <algorithm>
+
 #include "backend/cuda/cublaslt_api.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -35,7 +37,7 @@ const char* type_name(cudaDataType_t t) {
 
 }  // namespace
 
-CublasLtGemm::CublasLtGemm(cudaStream_t stream) : stream_(stream) {
+CublasLtGemm::CublasLtGemm(cudaStream_t stream, int algo_rank) : stream_(stream), algo_rank_(algo_rank) {
   SERVE8_CUBLAS_CHECK(cublaslt().Create(&handle_));
   SERVE8_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
   workspace_bytes_ = kWorkspaceBytes;
@@ -99,16 +101,18 @@ bool CublasLtGemm::try_plan(Plan& plan, const GemmArgs& args, bool with_bias, bo
   for (int i = 0; i < 4; ++i)
     SERVE8_CUBLAS_CHECK(cublaslt().MatmulPreferenceSetAttribute(pref, attrs[i], &aligns[i], sizeof(uint32_t)));
   (void)align_bias;  // the bias vector has no alignment preference; cudaMalloc'd weights are aligned
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kMaxRank = 16;
+  cublasLtMatmulHeuristicResult_t results[kMaxRank]{};
   int found = 0;
-  const cublasStatus_t st =
-      cublaslt().MatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &found);
+  const int want = std::min(algo_rank_ + 1, kMaxRank);
+  const cublasStatus_t st = cublaslt().MatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                                              want, results, &found);
   cublaslt().MatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+  if (st != CUBLAS_STATUS_SUCCESS || found <= algo_rank_) {
     destroy(plan);
     return false;
   }
-  plan.algo = result.algo;
+  plan.algo = results[algo_rank_].algo;
   plan.bias_epilogue = with_bias;
   plan.scale_vectors = scale_vectors;
   return true;

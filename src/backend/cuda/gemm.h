@@ -31,7 +31,9 @@ struct GemmArgs {
 
 class CublasLtGemm {
  public:
-  explicit CublasLtGemm(cudaStream_t stream);
+  // algo_rank: which of the heuristic's algorithms plans take (0, its first choice, unless
+  // bench_gemm asks for another); a shape with fewer algorithms than that is refused.
+  explicit CublasLtGemm(cudaStream_t stream, int algo_rank = 0);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -55,6 +57,7 @@ class CublasLtGemm {
   static void destroy(Plan& plan);
 
   cudaStream_t stream_;
+  int algo_rank_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
