@@ -171,7 +171,8 @@ def row(a):
     r["decode_steps"] = steps
     r["decode_seconds"] = finite(secs) if secs is not None else None
     # Steps that carry prompt tokens (decode rows may ride along): where a run's other time goes.
-    for k in ("prefill_steps", "prefill_seconds", "prefill_tokens", "prefill_decode_rows"):
+    for k in ("prefill_steps", "prefill_seconds", "prefill_host_seconds", "prefill_kv_tokens", "prefill_tokens",
+              "prefill_decode_rows"):
         r[k] = d(k)
     r["mean_decode_step_ms"] = finite(1e3 * secs / steps) if steps else None
     r["mean_decode_kv_tokens"] = finite(kv_tok / steps) if steps else None

@@ -160,14 +160,14 @@ int Scheduler::step() {
   if (decodes) new_token_ratio_ = std::max(ratio_min_, new_token_ratio_ - ratio_decay_);
   counters_.num_steps++;
   counters_.last_step_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (tokens == static_cast<int>(rows.size())) {  // q_len >= 1 per row: all rows decode
-    const double host = counters_.last_step_seconds - last_device_seconds_;
-    const auto kv_tokens = static_cast<int64_t>(batch_.kv_indptr.back());
-    counters_.decode.add(counters_.last_step_seconds, host, kv_tokens);
-    if (static_cast<int>(rows.size()) >= SchedulerStats::kLargeDecodeBatch)
-      counters_.large_decode.add(counters_.last_step_seconds, host, kv_tokens);
+  const double host = counters_.last_step_seconds - last_device_seconds_;
+  const auto kv_tokens = static_cast<int64_t>(batch_.kv_indptr.back());
+  if (tokens == decode_rows) {  // q_len >= 1 per row: all rows decode
+    counters_.decode.add(counters_.last_step_seconds, host, kv_tokens, 0, decode_rows);
+    if (decode_rows >= SchedulerStats::kLargeDecodeBatch)
+      counters_.large_decode.add(counters_.last_step_seconds, host, kv_tokens, 0, decode_rows);
   } else {
-    counters_.prefill.add(counters_.last_step_seconds, tokens - decode_rows, decode_rows);
+    counters_.prefill.add(counters_.last_step_seconds, host, kv_tokens, tokens - decode_rows, decode_rows);
   }
   counters_.peak_running = std::max(counters_.peak_running, static_cast<int>(running_.size()));
   return tokens;

@@ -36,31 +36,21 @@ struct SchedulerConfig {
   double schedule_conservativeness = 1.0;
 };
 
-// Counters over a set of decode steps since start.
-struct DecodeCounters {
+// Counters over a set of steps since start: the decode-only ones, or those with prompt tokens.
+struct StepCounters {
   int64_t steps = 0;
   double seconds = 0.0;       // from scheduling to sampled ids (the host waits for the device there)
   double host_seconds = 0.0;  // of which the host's own work: scheduling, batch building, bookkeeping
   int64_t kv_tokens = 0;      // KV tokens their attention read
+  int64_t prompt_tokens = 0;  // computed, recomputed ones of retracted requests included
+  int64_t decode_rows = 0;
 
-  void add(double step_seconds, double step_host_seconds, int64_t step_kv_tokens) {
+  void add(double step_seconds, double step_host_seconds, int64_t step_kv_tokens, int64_t step_prompt_tokens,
+           int64_t step_decode_rows) {
     steps++;
     seconds += step_seconds;
     host_seconds += step_host_seconds;
     kv_tokens += step_kv_tokens;
-  }
-};
-
-// Counters over the steps that carry prompt tokens (a prefill, or prompt chunks beside decode rows).
-struct PrefillCounters {
-  int64_t steps = 0;
-  double seconds = 0.0;
-  int64_t prompt_tokens = 0;  // prompt tokens computed (recomputed ones of retracted requests too)
-  int64_t decode_rows = 0;    // decode rows that rode along
-
-  void add(double step_seconds, int64_t step_prompt_tokens, int64_t step_decode_rows) {
-    steps++;
-    seconds += step_seconds;
     prompt_tokens += step_prompt_tokens;
     decode_rows += step_decode_rows;
   }
@@ -85,9 +75,9 @@ struct SchedulerStats {
   // decode step's model-bandwidth utilization), and those of at least kLargeDecodeBatch rows (the
   // seed experiment's goal is the MBU at batch >= 64).
   static constexpr int kLargeDecodeBatch = 64;
-  DecodeCounters decode;
-  DecodeCounters large_decode;
-  PrefillCounters prefill;
+  StepCounters decode;
+  StepCounters large_decode;
+  StepCounters prefill;  // steps with prompt tokens (a prefill, or prompt chunks beside decode rows)
 };
 
 class Scheduler {

@@ -210,52 +210,53 @@ Json server_info(const ServerContext& ctx) {
                    {"num_waiting_reqs", s.num_waiting},
                    {"last_step_seconds", s.last_step_seconds},
                    {"avg_spec_accept_length", nullptr}};
-  return {{"version", "serve8"},
-          {"model_path", a.model_path},
-          {"tokenizer_path", a.tokenizer_path},
-          {"served_model_name", ctx.options.served_model_name},
-          {"host", ctx.options.host},
-          {"port", ctx.options.port},
-          {"device", ctx.engine.backend().name()},
-          {"kv_cache_dtype", std::string(dtype_name(kv.dtype))},
-          {"kv_bytes_per_token", kv.bytes_per_token()},
-          {"context_length", ctx.context_length()},
-          {"max_total_num_tokens", s.slots_total},
-          {"max_running_requests", a.scheduler.max_running_requests},
-          {"chunked_prefill_size", a.scheduler.chunked_prefill_size},
-          {"max_prefill_tokens", a.scheduler.max_prefill_tokens},
-          {"disable_radix_cache", a.scheduler.disable_radix_cache},
-          {"schedule_conservativeness", a.scheduler.schedule_conservativeness},
-          {"max_queued_requests", ctx.options.max_queued_requests},
-          {"kv_slots", slots},
-          {"num_running_reqs", s.num_running},
-          {"num_waiting_reqs", s.num_waiting},
-          {"cached_tokens", s.cached_prompt_tokens},
-          {"prompt_tokens", s.prompt_tokens},
-          {"generation_tokens", s.generation_tokens},
-          {"radix_hit_rate", s.radix_hit_rate},
-          {"num_retractions", s.num_retractions},
-          {"num_finished", s.num_finished},
-          {"peak_running", s.peak_running},
-          {"decode_steps", s.decode.steps},
-          {"decode_seconds", s.decode.seconds},
-          {"decode_host_seconds", s.decode.host_seconds},
-          {"decode_kv_tokens", s.decode.kv_tokens},
-          {"large_decode_batch", SchedulerStats::kLargeDecodeBatch},
-          {"large_decode_steps", s.large_decode.steps},
-          {"large_decode_seconds", s.large_decode.seconds},
-          {"large_decode_host_seconds", s.large_decode.host_seconds},
-          {"large_decode_kv_tokens", s.large_decode.kv_tokens},
-          {"prefill_steps", s.prefill.steps},
-          {"prefill_seconds", s.prefill.seconds},
-          {"prefill_tokens", s.prefill.prompt_tokens},
-          {"prefill_decode_rows", s.prefill.decode_rows},
-          // At tp > 1 the weights are rank 0's shard: what one GPU reads a step (its MBU's share).
-          {"tp_size", ctx.engine.model().tp_shard().size},
-          {"weight_bytes", ctx.engine.model().weight_bytes()},
-          {"weight_dtype", ctx.engine.model().weight_dtype()},
-          {"decode_weight_bytes", ctx.engine.model().decode_weight_bytes()},
-          {"internal_states", Json::array({internal})}};
+  Json info = {{"version", "serve8"},
+               {"model_path", a.model_path},
+               {"tokenizer_path", a.tokenizer_path},
+               {"served_model_name", ctx.options.served_model_name},
+               {"host", ctx.options.host},
+               {"port", ctx.options.port},
+               {"device", ctx.engine.backend().name()},
+               {"kv_cache_dtype", std::string(dtype_name(kv.dtype))},
+               {"kv_bytes_per_token", kv.bytes_per_token()},
+               {"context_length", ctx.context_length()},
+               {"max_total_num_tokens", s.slots_total},
+               {"max_running_requests", a.scheduler.max_running_requests},
+               {"chunked_prefill_size", a.scheduler.chunked_prefill_size},
+               {"max_prefill_tokens", a.scheduler.max_prefill_tokens},
+               {"disable_radix_cache", a.scheduler.disable_radix_cache},
+               {"schedule_conservativeness", a.scheduler.schedule_conservativeness},
+               {"max_queued_requests", ctx.options.max_queued_requests},
+               {"kv_slots", slots},
+               {"num_running_reqs", s.num_running},
+               {"num_waiting_reqs", s.num_waiting},
+               {"cached_tokens", s.cached_prompt_tokens},
+               {"prompt_tokens", s.prompt_tokens},
+               {"generation_tokens", s.generation_tokens},
+               {"radix_hit_rate", s.radix_hit_rate},
+               {"num_retractions", s.num_retractions},
+               {"num_finished", s.num_finished},
+               {"peak_running", s.peak_running},
+               {"large_decode_batch", SchedulerStats::kLargeDecodeBatch},
+               // At tp > 1 the weights are rank 0's shard: what one GPU reads a step (its MBU's share).
+               {"tp_size", ctx.engine.model().tp_shard().size},
+               {"weight_bytes", ctx.engine.model().weight_bytes()},
+               {"weight_dtype", ctx.engine.model().weight_dtype()},
+               {"decode_weight_bytes", ctx.engine.model().decode_weight_bytes()},
+               {"internal_states", Json::array({internal})}};
+  // Step counters: decode_*, large_decode_* (>= large_decode_batch rows) and prefill_* (steps with
+  // prompt tokens, whose prefill_tokens and prefill_decode_rows say what they carried).
+  const std::pair<std::string, const StepCounters&> counters[] = {
+      {"decode", s.decode}, {"large_decode", s.large_decode}, {"prefill", s.prefill}};
+  for (const auto& [n, c] : counters) {
+    info[n + "_steps"] = c.steps;
+    info[n + "_seconds"] = c.seconds;
+    info[n + "_host_seconds"] = c.host_seconds;
+    info[n + "_kv_tokens"] = c.kv_tokens;
+  }
+  info["prefill_tokens"] = s.prefill.prompt_tokens;
+  info["prefill_decode_rows"] = s.prefill.decode_rows;
+  return info;
 }
 
 }  // namespace

@@ -233,8 +233,8 @@ def test_all_slots_free_at_end(text_server, ids_server):
 
 def test_decode_step_counters(ids_server):
     """get_server_info counts decode-only steps and the KV tokens they read (the inputs of the
-    decode model-bandwidth utilization): one request alone, prompt 5, 6 new tokens -> 5 decode
-    steps after the prefill, reading 6 + 7 + 8 + 9 + 10 KV tokens."""
+    decode model-bandwidth utilization): one request alone, prompt 5, 6 new tokens -> one prefill
+    step of 5 prompt tokens, then 5 decode steps reading 6 + 7 + 8 + 9 + 10 KV tokens."""
     before = ids_server.server_info()
     prompt = [1] + [random.Random(77).randrange(3, 500) for _ in range(4)]
     out = ids_server.generate(input_ids=prompt, sampling_params={"max_new_tokens": 6, "ignore_eos": True})
@@ -247,6 +247,11 @@ def test_decode_step_counters(ids_server):
     host = after["decode_host_seconds"] - before["decode_host_seconds"]
     assert 0 < host < after["decode_seconds"] - before["decode_seconds"]
     assert 0 < after["decode_weight_bytes"] <= after["weight_bytes"]
+    assert after["prefill_steps"] - before["prefill_steps"] == 1
+    assert after["prefill_tokens"] - before["prefill_tokens"] == 5
+    assert after["prefill_kv_tokens"] - before["prefill_kv_tokens"] == 5
+    assert after["prefill_decode_rows"] == before["prefill_decode_rows"]
+    assert after["prefill_seconds"] > before["prefill_seconds"]
 
 
 def test_stream_of_a_request_that_finishes_at_once(text_server, client):
