@@ -62,7 +62,9 @@ def test_dropped_streams_are_aborted_and_freed(start_server):
     tiny Llama (vocab 32000, context 2048) is slow enough per step that no request can finish
     its 2000 tokens before its client goes."""
     n = 50 * SCALE
-    server = start_server(["--max-total-tokens", "16384", "--max-running-requests", "64",
+    # Admission keeps room for what running requests will decode (0.7 x 2000 tokens each at first):
+    # a pool of 131,072 slots admits a whole wave at once, so every stream's first event comes.
+    server = start_server(["--max-total-tokens", "131072", "--max-running-requests", "64",
                            "--served-model-name", "tiny"])
     before = metric(server, "serve8_requests_finished_total", "abort")
     bodies = [
