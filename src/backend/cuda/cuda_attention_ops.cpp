@@ -286,9 +286,14 @@ void CudaBackend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tenso
                                 const DeviceBatch& batch, const KvLayer& kv) {
   on_device();
   constexpr const char* op = "rope_kv_store";
+  // int8/int4 pools keep their rotated store; rope and kv_store check the arguments there.
+  if (kv_dtype_is_rotated(kv.k.dtype)) {
+    Backend::rope_kv_store(q, k, v, positions, inv_freq, batch, kv);
+    return;
+  }
   const RopeParams r = rope_params(op, q, k, positions, inv_freq);
   const KvStoreParams s = kv_store_params(op, k, v, batch, kv);
-  if (kv_dtype_is_rotated(kv.k.dtype) || !rope_kv_store_fusable(r, s)) {
+  if (!rope_kv_store_fusable(r, s)) {
     Backend::rope_kv_store(q, k, v, positions, inv_freq, batch, kv);
     return;
   }
