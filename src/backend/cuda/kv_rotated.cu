@@ -1,9 +1,9 @@
 // The int8 and int4 pools' rotation on the GPU: their kv_store (centre, rotate, quantize each row
 // with its own parameters) and the Walsh-Hadamard transform of q and of the attention output.
 // The rotation repeats the CPU reference's butterflies in its order, so rotated rows (and int8's
-// codes) equal the CPU backend's bit for bit; int4's range search sums its squared errors in a
-// different order and multiplies by 1 / step where the CPU divides (a multiply, not 121 divisions
-// a value), so a near tie may pick another trim.
+// codes) equal the CPU backend's bit for bit; int4's range search fuses its multiply-adds and
+// multiplies by 1 / step where the CPU divides (a multiply, not 121 divisions a value), so a near
+// tie may pick another trim.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -96,34 +96,55 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     if (lane == 0) static_cast<__half*>(p.row_params)[record] = s16;
   } else {
     // 16 codes from min to min + 15 scale; of 11 x 11 trims of each end (up to a fifth of the
-    // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row).
+    // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row). Each lane
+    // scores trims lane, lane + 32, ... over the whole row, read back from shared memory: one
+    // warp scoring each trim in turn spent its time on 121 divisions and 121 warp sums.
+    __shared__ float rows[kWarpsPerBlock][kD];
+    float* xs = rows[threadIdx.x / 32];
+#pragma unroll
+    for (int j = 0; j < kE; ++j) xs[lane * kE + j] = x[j];
     float lo = x[0], hi = x[0];
 #pragma unroll
     for (int j = 1; j < kE; ++j) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
     lo = -warp_max(-lo);
     hi = warp_max(hi);
+    __syncwarp();
     const float range = hi - lo;
     float best_s = 0.0f, best_l = lo;
     if (range > 0.0f) {
-      float best_err = INFINITY;
-      for (int a = 0; a <= 10; ++a) {
-        const float l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
-        for (int b = 0; b <= 10; ++b) {
-          const float s =
-              __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
-          const float inv = __frcp_rn(s);
-          float err = 0.0f;
+      constexpr int kTrims = 121, kPerLane = (kTrims + 31) / 32;
+      float l[kPerLane], sc[kPerLane], inv[kPerLane], err[kPerLane];
 #pragma unroll
-          for (int j = 0; j < kE; ++j) {
-            const float e = fmaf(quant_int4(x[j], l, inv), s, l) - x[j];
-            err = fmaf(e, e, err);
-          }
-          // warp_sum's xor butterfly adds the same two operands on both sides of each pair, so
-          // every lane gets the same bits and picks the same trim.
-          err = warp_sum(err);
-          if (err < best_err) best_err = err, best_s = s, best_l = l;
+      for (int t = 0; t < kPerLane; ++t) {
+        const int trim = min(lane + 32 * t, kTrims - 1), a = trim / 11, b = trim % 11;
+        l[t] = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
+        sc[t] = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
+        inv[t] = __frcp_rn(sc[t]);
+        err[t] = 0.0f;
+      }
+      for (int j = 0; j < kD; ++j) {
+        const float v = xs[j];  // the same address in every lane: a broadcast
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) {
+          const float e = fmaf(quant_int4(v, l[t], inv[t]), sc[t], l[t]) - v;
+          err[t] = fmaf(e, e, err[t]);
         }
       }
+      // The least error, the lowest trim on a tie (the CPU's first minimum in its loop order).
+      float best_err = err[0];
+      int best = lane;
+#pragma unroll
+      for (int t = 1; t < kPerLane; ++t)
+        if (lane + 32 * t < kTrims && err[t] < best_err) best_err = err[t], best = lane + 32 * t;
+#pragma unroll
+      for (int m = 16; m >= 1; m >>= 1) {
+        const float oe = __shfl_xor_sync(0xffffffffu, best_err, m);
+        const int ob = __shfl_xor_sync(0xffffffffu, best, m);
+        if (oe < best_err || (oe == best_err && ob < best)) best_err = oe, best = ob;
+      }
+      const int a = best / 11, b = best % 11;
+      best_l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
+      best_s = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
     }
     // Codes against the stored fp16 parameters, which attention reads back.
     const __half s16 = __float2half_rn(best_s), l16 = __float2half_rn(best_l);
