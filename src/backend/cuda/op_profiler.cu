@@ -8,7 +8,7 @@ namespace serve8 {
 namespace {
 constexpr size_t kMaxPending = 4096;  // records before a fold waits for the stream
 // An idle stream is held this long before the next op, so the host queues the ops ahead of the
-// device and no op's time includes its own launch (graphs off, a step's launches are host-bound).
+// device and no op's time can include the host's launch, however slowly it launches.
 constexpr uint64_t kHoldNs = 20'000'000;
 
 __global__ void hold_kernel(uint64_t ns) {
