@@ -46,6 +46,14 @@ __device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
   return fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
 }
 
+// int4 candidate trim (a, b) = (trim / 11, trim % 11) of a row's range [lo, lo + range]: its
+// minimum l and step s, rounded as cpu_attention.cpp's fit_int4_row computes them.
+__device__ __forceinline__ void int4_candidate(float lo, float range, int trim, float& l, float& s) {
+  const int a = trim / 11, b = trim % 11;
+  l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
+  s = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
+}
+
 // One warp per (K or V, token, head) row.
 template <DType kKv, int kE>
 __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
@@ -116,9 +124,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
       float l[kPerLane], sc[kPerLane], inv[kPerLane], err[kPerLane];
 #pragma unroll
       for (int t = 0; t < kPerLane; ++t) {
-        const int trim = min(lane + 32 * t, kTrims - 1), a = trim / 11, b = trim % 11;
-        l[t] = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
-        sc[t] = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
+        int4_candidate(lo, range, min(lane + 32 * t, kTrims - 1), l[t], sc[t]);
         inv[t] = __frcp_rn(sc[t]);
         err[t] = 0.0f;
       }
@@ -142,9 +148,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
         const int ob = __shfl_xor_sync(0xffffffffu, best, m);
         if (oe < best_err || (oe == best_err && ob < best)) best_err = oe, best = ob;
       }
-      const int a = best / 11, b = best % 11;
-      best_l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
-      best_s = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
+      int4_candidate(lo, range, best, best_l, best_s);
     }
     // Codes against the stored fp16 parameters, which attention reads back.
     const __half s16 = __float2half_rn(best_s), l16 = __float2half_rn(best_l);
