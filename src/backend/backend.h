@@ -218,6 +218,18 @@ struct OpTime {
   int64_t calls = 0;
 };
 
+// One kernel's run on the device (bench-one-batch's trace of graph-mode steps), in the tracer's
+// clock; name is the kernel's function name without namespaces, template or parameters.
+struct KernelSpan {
+  std::string name;
+  uint64_t start_ns = 0, end_ns = 0;
+};
+
+// Charges each kernel the time from the later of its start and every earlier kernel's end to its
+// own end, so that overlapping kernels (programmatic launches) are not counted twice and the
+// charges add up to the time the device was busy; summed per name, heaviest first.
+std::vector<OpTime> charge_kernel_time(std::vector<KernelSpan> spans);
+
 // An op's output as FP8 rows too, q [R, K] e4m3 and scale [R] fp32: the bytes
 // quantize_fp8_rows(out) would write, made by the op that writes out (no second pass over it).
 struct Fp8Rows {
@@ -324,6 +336,10 @@ class Backend {
   // op_profile() waits for the device and returns them, heaviest first. Empty where unsupported.
   virtual void set_op_profiling(bool on) { (void)on; }
   virtual std::vector<OpTime> op_profile() { return {}; }
+  // Records the kernels run from set_kernel_tracing(true) to kernel_trace(), graphs included;
+  // kernel_trace() waits for the device, stops and returns them. Throws where unsupported.
+  virtual void set_kernel_tracing(bool on);
+  virtual std::vector<KernelSpan> kernel_trace() { return {}; }
 
   // ---- tensor parallelism (optional; the default throws, naming the backend) ----
   // Communicators for ranks 0..n-1, each rank on its own backend of this kind; all_reduce_sum

@@ -122,6 +122,28 @@ RowLogprobs row_logprobs(const float* logits, int64_t vocab, int32_t chosen, int
   return r;
 }
 
+std::vector<OpTime> charge_kernel_time(std::vector<KernelSpan> spans) {
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const KernelSpan& a, const KernelSpan& b) { return a.start_ns < b.start_ns; });
+  std::vector<OpTime> out;
+  uint64_t busy_until = 0;  // the latest end so far
+  for (const KernelSpan& k : spans) {
+    const uint64_t from = std::max(k.start_ns, busy_until);
+    const double ms = k.end_ns > from ? static_cast<double>(k.end_ns - from) * 1e-6 : 0.0;
+    busy_until = std::max(busy_until, k.end_ns);
+    auto it = std::find_if(out.begin(), out.end(), [&](const OpTime& o) { return o.op == k.name; });
+    if (it == out.end()) it = out.insert(out.end(), OpTime{k.name, 0.0, 0});
+    it->ms += ms;
+    it->calls++;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+void Backend::set_kernel_tracing(bool on) {
+  if (on) fail("bench-one-batch --trace-steps: the {} backend cannot trace its kernels", name());
+}
+
 std::vector<std::unique_ptr<Communicator>> Backend::create_communicators(int n, int64_t max_reduce_elems) {
   (void)max_reduce_elems;
   check_communicators(n);

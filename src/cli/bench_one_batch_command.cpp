@@ -1,8 +1,8 @@
 // `serve8 bench-one-batch`: the latency of one static batch, without the scheduler or the server,
 // as SGLang's bench_one_batch: prefill `--input-len` random tokens for each of `--batch-size`
 // sequences, then `--output-len` greedy decode steps; per batch size, the prefill latency and
-// throughput and the median decode step. `--profile` adds a per-op split of the decode step
-// (graphs off, CUDA events around each op), which is where the attention share comes from.
+// throughput and the median decode step. `--trace-steps` splits the decode step by kernel as it
+// runs (CUPTI); `--profile-steps` by op, graphs off, with CUDA events around each op.
 // `--copy-gbps` (the device copy bandwidth, read + write, measured elsewhere) adds the decode
 // step's model-bandwidth utilization: the bytes a step must read (weights, K/V) / step time / it.
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -32,6 +33,7 @@ struct BenchOneBatchArgs {
   int input_len = 1024;
   int output_len = 16;
   int profile_steps = 0;
+  int trace_steps = 0;
   double copy_gbps = 0.0;
   std::string result_filename;
   std::string command_line;
@@ -50,9 +52,34 @@ struct Run {
   std::vector<double> decode_s;
 };
 
+// `steps` decode steps of `bs` sequences of equal length, the first at `position`, each ending in a
+// greedy sample (the host sync a serving loop has too); each step's seconds. The input is token 1:
+// what is decoded does not change the work.
+std::vector<double> decode_steps(EngineParts& e, int bs, int position, const std::vector<int32_t>& first, int steps) {
+  std::vector<int32_t> tokens(static_cast<size_t>(bs), 1), positions(static_cast<size_t>(bs));
+  std::vector<SamplingRow> greedy(static_cast<size_t>(bs));
+  ForwardBatch scratch;
+  std::vector<double> out;
+  for (int s = 0; s < steps; ++s) {
+    std::fill(positions.begin(), positions.end(), position + s);
+    const auto t = Clock::now();
+    Tensor logits = decode_step(*e.model, *e.kv, scratch, tokens, positions, first);
+    e.backend->sample(logits, greedy, tokens.data());
+    out.push_back(seconds_since(t));
+  }
+  return out;
+}
+
+// The part of a step a traced kernel belongs to: a weight GEMM (serve8's or cuBLASLt's), attention,
+// or the other ops.
+const char* kernel_class(const std::string& k) {
+  for (const char* g : {"gemm", "xmma", "cutlass", "splitK"})
+    if (k.find(g) != std::string::npos) return "gemm";
+  return k.find("attention") != std::string::npos ? "attention" : "other";
+}
+
 // One prefill of every sequence, then `steps` decode steps, each ending in a greedy sample (the
-// host sync a serving loop has too). The first decode input is token 1: what is decoded does not
-// change the work.
+// host sync a serving loop has too).
 Run run_batch(EngineParts& e, int bs, const std::vector<std::vector<int32_t>>& prompts,
               const std::vector<int32_t>& first, int steps) {
   LlamaModel& model = *e.model;
@@ -62,17 +89,7 @@ Run run_batch(EngineParts& e, int bs, const std::vector<std::vector<int32_t>>& p
   const auto t0 = Clock::now();
   prefill(model, *e.kv, prompts, first, e.scheduler.max_prefill_tokens, model.max_seqs(), false);
   r.prefill_s = seconds_since(t0);
-  std::vector<int32_t> tokens(static_cast<size_t>(bs), 1), positions(static_cast<size_t>(bs));
-  std::vector<SamplingRow> greedy(static_cast<size_t>(bs));
-  ForwardBatch scratch;
-  for (int s = 0; s < steps; ++s) {
-    for (int i = 0; i < bs; ++i)
-      positions[static_cast<size_t>(i)] = static_cast<int32_t>(prompts[static_cast<size_t>(i)].size()) + s;
-    const auto t = Clock::now();
-    Tensor logits = decode_step(model, *e.kv, scratch, tokens, positions, first);
-    backend.sample(logits, greedy, tokens.data());
-    r.decode_s.push_back(seconds_since(t));
-  }
+  r.decode_s = decode_steps(e, bs, static_cast<int>(prompts.front().size()), first, steps);
   return r;
 }
 
@@ -84,7 +101,7 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
   a.engine.scheduler.max_running_requests = std::max(a.engine.scheduler.max_running_requests, max_bs);
   a.engine.cuda_graph_max_bs = std::max(a.engine.cuda_graph_max_bs, max_bs);
   EngineParts e = create_engine_parts(a.engine);
-  const int capacity = a.input_len + a.output_len + a.profile_steps + 1;
+  const int capacity = a.input_len + a.output_len + a.trace_steps + a.profile_steps + 1;
   const int vocab = e.model->config().vocab_size;
   const bool graphs = !a.engine.disable_cuda_graph && e.backend->name() == "cuda";
   std::mt19937 rng(1234);
@@ -156,18 +173,40 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
       j["decode_mbu"] = read_gbps / a.copy_gbps;
     }
 
+    if (a.trace_steps > 0) {
+      // Kernel by kernel as the timed steps ran (graphs as they were), at the positions that follow.
+      e.backend->set_kernel_tracing(true);
+      const std::vector<double> steps = decode_steps(e, bs, a.input_len + a.output_len, first, a.trace_steps);
+      const std::vector<OpTime> kernels = charge_kernel_time(e.backend->kernel_trace());
+      const double step_ms = 1e3 * percentile(steps, 50), n = a.trace_steps;
+      double busy = 0.0;
+      std::map<std::string, double> classes;
+      nlohmann::json jk = nlohmann::json::array();
+      for (const OpTime& k : kernels) busy += k.ms / n;
+      fmt::print(
+          "  decode step kernel by kernel ({} steps, graphs {}; median step {:.4f} ms, device busy {:.4f} ms):\n",
+          a.trace_steps, graphs ? "on" : "off", step_ms, busy);
+      for (const OpTime& k : kernels) {
+        const char* c = kernel_class(k.op);
+        classes[c] += k.ms / n;
+        fmt::print("    {:<40.40} {:<9} {:5.1f}/step {:8.4f} ms/step {:5.1f}%\n", k.op, c, k.calls / n, k.ms / n,
+                   100.0 * k.ms / n / step_ms);
+        jk.push_back({{"kernel", k.op}, {"class", c}, {"calls_per_step", k.calls / n}, {"ms_per_step", k.ms / n}});
+      }
+      fmt::print("    by class:");
+      for (const auto& [c, ms] : classes) fmt::print(" {} {:.4f} ms ({:.1f}%)", c, ms, 100.0 * ms / step_ms);
+      fmt::print(", idle {:.4f} ms ({:.1f}%)\n", step_ms - busy, 100.0 * (step_ms - busy) / step_ms);
+      j["kernel_trace"] = jk;
+      j["kernel_trace_classes_ms_per_step"] = classes;
+      j["kernel_trace_busy_ms_per_step"] = busy;
+      j["kernel_trace_step_ms"] = step_ms;
+    }
+
     if (a.profile_steps > 0) {
       // Op by op (graphs would hide the ops), after the timed steps, at the positions that follow.
       e.model->disable_decode_graphs();
       e.backend->set_op_profiling(true);
-      std::vector<int32_t> tokens(static_cast<size_t>(bs), 1), positions(static_cast<size_t>(bs));
-      std::vector<SamplingRow> greedy(static_cast<size_t>(bs));
-      ForwardBatch scratch;
-      for (int s = 0; s < a.profile_steps; ++s) {
-        for (int i = 0; i < bs; ++i) positions[static_cast<size_t>(i)] = a.input_len + a.output_len + s;
-        Tensor logits = decode_step(*e.model, *e.kv, scratch, tokens, positions, first);
-        e.backend->sample(logits, greedy, tokens.data());
-      }
+      decode_steps(e, bs, a.input_len + a.output_len + a.trace_steps, first, a.profile_steps);
       const std::vector<OpTime> ops = e.backend->op_profile();
       e.backend->set_op_profiling(false);
       double sum = 0.0;
@@ -199,6 +238,9 @@ void register_bench_one_batch(CLI::App& root, SetAction set_action) {
   app->add_option("--output-len", a->output_len, "decode steps");
   app->add_option("--profile-steps", a->profile_steps,
                   "then this many decode steps op by op (graphs off), timing each op with CUDA events");
+  app->add_option("--trace-steps", a->trace_steps,
+                  "then this many decode steps with every kernel traced (CUPTI, CUDA graphs as timed): each "
+                  "kernel's share of the step, counting overlapping kernels once");
   app->add_option("--result-filename", a->result_filename, "append one JSON line per batch size here");
   app->add_option("--copy-gbps", a->copy_gbps,
                   "the device's copy bandwidth (GB/s, read + write): adds the decode step's MBU")

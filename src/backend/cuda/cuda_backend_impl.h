@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_unit.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/kernel_trace.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
 #include "backend/cuda/sampler.h"
@@ -102,6 +103,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
   void set_op_profiling(bool on) override;
   std::vector<OpTime> op_profile() override;
+  void set_kernel_tracing(bool on) override;
+  std::vector<KernelSpan> kernel_trace() override;
 
   cudaStream_t stream() const { return stream_; }
 
@@ -127,6 +130,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;
+  KernelTrace trace_;
 
   StepLimits limits_;
   int64_t kv_capacity_ = 0;    // KV entries (sum of kv_len) a step may have: the largest KV cache's table

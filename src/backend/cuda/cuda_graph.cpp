@@ -53,4 +53,20 @@ std::vector<OpTime> CudaBackend::op_profile() {
   return profiler_.totals();
 }
 
+void CudaBackend::set_kernel_tracing(bool on) {
+  on_device();
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (on) {
+    trace_.start();
+  } else {
+    trace_.stop();
+  }
+}
+
+std::vector<KernelSpan> CudaBackend::kernel_trace() {
+  on_device();
+  SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return trace_.stop();
+}
+
 }  // namespace serve8
