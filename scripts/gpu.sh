@@ -99,8 +99,8 @@ pack() {
   # CUPTI, opened at run time by bench-one-batch --trace-steps: the version serve8 was built with.
   local cupti
   cupti="$(find -L "$(dirname "$(command -v nvcc)")/../lib64" "$(dirname "$(command -v nvcc)")/../extras/CUPTI/lib64" \
-    -maxdepth 1 -name 'libcupti.so.[0-9]*' 2>/dev/null | sort | head -1)"
-  [[ -n "$cupti" ]] && cp -L "$cupti" "$s/lib/$(basename "$cupti")"
+    -maxdepth 1 -name 'libcupti.so.[0-9]*' 2>/dev/null | sort | head -1 || true)"
+  if [[ -n "$cupti" ]]; then cp -L "$cupti" "$s/lib/$(basename "$cupti")"; fi
   local f
   for f in "${shared_files[@]}"; do
     mkdir -p "$s/shared/$(dirname "$f")"
