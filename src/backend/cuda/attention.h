@@ -14,8 +14,9 @@
 // All read the pool in its storage dtype and dequantize in registers; k_scale folds into the
 // softmax scale and v_scale into the output; fp32 accumulation. int8/int4 pools (decode and
 // prefill only) carry each row's scale (and minimum) in row_params: decode folds K's into the
-// scores and V's into P; their q arrives rotated and their output leaves rotated. The host side (which kernels, how
-// many splits, the prefill work list) is attention_plan.h.
+// scores and V's into P; their q arrives rotated and their output leaves rotated, except in a
+// decode-only launch, whose kernel rotates both itself (rotate_norm). The host side (which kernels,
+// how many splits, the prefill work list) is attention_plan.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,8 +38,12 @@ struct AttentionParams {
   const float* v_scale = nullptr;
   // int8/int4 pools: each row's parameters, 4 bytes of K's then 4 of V's per row pair
   // (KvLayer::row_params); q comes rotated and out is left rotated (the backend applies the
-  // Walsh-Hadamard transforms).
+  // Walsh-Hadamard transforms) unless rotate_norm is set.
   const void* row_params = nullptr;
+  // Decode-only launches on int8/int4 pools: q arrives as it is and out leaves unrotated, v_mean
+  // ([Hkv, D], or null) added back; the decode kernel applies the transforms (norm 1 / sqrt(D)).
+  float rotate_norm = 0.0f;
+  const float* v_mean = nullptr;
   const int32_t* qo_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indptr = nullptr;   // [B + 1]
   const int32_t* kv_indices = nullptr;  // pool slots

@@ -58,13 +58,20 @@ __device__ __forceinline__ void split_weights(const AttentionParams& p, int64_t 
 
 // Element d of query head j (of the block's group of g) from its normalized output o and
 // log-sum-exp (log2 units): the final bf16 output (v_scale applied) when the sequence did not
-// split, else the split's partial for the merge in the last block.
+// split, else the split's partial for the merge in the last block. With `rotated` (int8/int4
+// under rotate_norm) the final output, rounded to bf16 alike, goes to rotated[j * kD + d] instead,
+// to leave the rotation there.
 template <int kD>
 __device__ __forceinline__ void decode_write(const AttentionParams& p, const DecodeBlock& w, int g, int j, int d,
-                                             float o, float lse, float v_scale) {
+                                             float o, float lse, float v_scale, float* rotated) {
   const int hq = w.h * g + j;
   if (w.n_split == 1) {
-    static_cast<uint16_t*>(p.out)[(int64_t{w.q_begin} * p.num_q_heads + hq) * kD + d] = float_to_bf16_bits(o * v_scale);
+    const uint16_t bits = float_to_bf16_bits(o * v_scale);
+    if (rotated) {
+      rotated[j * kD + d] = bf16_bits_to_float(bits);
+    } else {
+      static_cast<uint16_t*>(p.out)[(int64_t{w.q_begin} * p.num_q_heads + hq) * kD + d] = bits;
+    }
   } else {
     const int64_t row = (int64_t{w.split} * p.num_seqs + w.b) * p.num_q_heads + hq;
     p.partial_o[row * kD + d] = o;
@@ -75,12 +82,13 @@ __device__ __forceinline__ void decode_write(const AttentionParams& p, const Dec
 // The decode kernel's last step: 4 warps each hold an online-softmax state per head
 // (max s_m, sum s_l, unnormalized output s_o[warp][head][d]); merge them and write the result,
 // with `threads` threads numbered from `tid` (the block's, or the half serving w.h). s_mn, when
-// given ([4][kMaxGroup]), adds to every d of a warp's head (int4: the V minimums' share).
+// given ([4][kMaxGroup]), adds to every d of a warp's head (int4: the V minimums' share); rotated
+// as decode_write's.
 template <int kD, int kMaxGroup>
 __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, const DecodeBlock& w, int g,
                                                    const float* s_o, const float (*s_m)[kMaxGroup],
                                                    const float (*s_l)[kMaxGroup], const float* s_mn, int tid,
-                                                   int threads) {
+                                                   int threads, float* rotated) {
   const float v_scale = p.v_scale[w.h];
   for (int idx = tid; idx < g * kD; idx += threads) {
     const int j = idx / kD;
@@ -95,7 +103,8 @@ __device__ __forceinline__ void decode_merge_warps(const AttentionParams& p, con
       sum += s_l[r][j] * wt;
       acc += (s_o[(r * kMaxGroup + j) * kD + d] + (s_mn ? s_mn[r * kMaxGroup + j] : 0.0f)) * wt;
     }
-    decode_write<kD>(p, w, g, j, d, sum > 0.0f ? acc / sum : 0.0f, sum > 0.0f ? mx + log2f(sum) : -INFINITY, v_scale);
+    decode_write<kD>(p, w, g, j, d, sum > 0.0f ? acc / sum : 0.0f, sum > 0.0f ? mx + log2f(sum) : -INFINITY, v_scale,
+                     rotated);
   }
 }
 
@@ -122,19 +131,27 @@ __device__ __forceinline__ float4 weighted_split_sum(const float4* first, int64_
   return o;
 }
 
+// Where merge_splits_in_last_block's rotated rows start in the stage memory (floats, 16-byte
+// aligned): after the split weights and the last-block flag.
+constexpr int merge_rotated_offset(int heads) {
+  return (heads * kAttentionMaxGroup * (kDecodeMaxSplits + 1) + 1 + 3) / 4 * 4;
+}
+
 // The fused merge: after its partials, each split block counts itself in; the last of a
 // (sequence, block of KV heads) to arrive merges all the splits (the classic threadfence
 // reduction), so no second kernel is launched. smem is the block's stage memory, free by now.
 // Every warp works on the merge: first a warp per query head finds the split weights, then each
 // thread owns 4 consecutive d of one query head and sums the splits' float4 partials
 // (weighted_split_sum), so a GQA group's heads merge side by side instead of one after another.
-template <int kD, int kHeads>
+// kRotate (int8/int4 under rotate_norm): the merged rows leave the rotation a warp per head.
+template <int kD, int kHeads, bool kRotate>
 __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
                                                            unsigned char* smem) {
   constexpr int kW = kDecodeMaxSplits + 1;  // weights of a query head, then its output scale
   constexpr int kMaxGroup = kAttentionMaxGroup;
   float* s_w = reinterpret_cast<float*>(smem);
   int* s_last = reinterpret_cast<int*>(smem) + kHeads * kMaxGroup * kW;
+  float* s_rot = s_w + merge_rotated_offset(kHeads);  // [kHeads * kMaxGroup][kD] with kRotate
   __threadfence();  // this block's partials are visible device-wide before it is counted
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -164,8 +181,27 @@ __device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams
     uint2 packed;
     packed.x = pack_bf16x2(o.x * scale, o.y * scale);
     packed.y = pack_bf16x2(o.z * scale, o.w * scale);
-    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq0 + j) * kD + d) =
-        packed;
+    uint16_t* out = static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq0 + j) * kD;
+    if constexpr (kRotate) {
+      if (p.rotate_norm != 0.0f) {
+        float* r = s_rot + j * kD + d;
+        r[0] = bf16_bits_to_float(static_cast<uint16_t>(packed.x));
+        r[1] = bf16_bits_to_float(static_cast<uint16_t>(packed.x >> 16));
+        r[2] = bf16_bits_to_float(static_cast<uint16_t>(packed.y));
+        r[3] = bf16_bits_to_float(static_cast<uint16_t>(packed.y >> 16));
+        continue;
+      }
+    }
+    *reinterpret_cast<uint2*>(out + d) = packed;
+  }
+  if constexpr (kRotate) {
+    if (p.rotate_norm == 0.0f) return;
+    __syncthreads();
+    for (int j = warp; j < n_heads; j += blockDim.x / 32) {
+      const int hq = hq0 + j;
+      hadamard_row<kD / 32>(s_rot + j * kD, p.v_mean ? p.v_mean + (hq / g) * kD : nullptr, p.rotate_norm,
+                            static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq) * kD);
+    }
   }
 }
 

@@ -137,6 +137,12 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   static_assert(kHeads * 4 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes, "the merge reuses the stages");
   static_assert((kHeads * kMaxGroup * (kDecodeMaxSplits + 1) + 1) * sizeof(float) <= L::kSmemBytes,
                 "the split merge reuses the stages");
+  // int8/int4 under rotate_norm: q's rotated rows, and the outputs before their rotation back
+  // (behind the merge's rows in the stages; these pools have one KV head a block).
+  __shared__ __align__(16) uint16_t s_q[L::kRowParams ? kMaxGroup * kD : 1];
+  static_assert(!L::kRowParams || (kHeads == 1 && 5 * kMaxGroup * kD * sizeof(float) <= L::kSmemBytes &&
+                                   (merge_rotated_offset(kHeads) + kMaxGroup * kD) * sizeof(float) <= L::kSmemBytes),
+                "int8/int4 rotate their outputs in the stages");
 
   // Under a programmatic dependent launch the kernel before this one may still be running (or its
   // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
@@ -210,7 +216,17 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // int4: the sum of a head's q operands, which each row's minimum multiplies (heads 2 t4, 2 t4 + 1).
   float qsum[2] = {0.0f, 0.0f}, qsum_gid = 0.0f;
   {
-    const uint16_t* qp = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g + gid) * kD;
+    const uint16_t* q_rows = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g) * kD;
+    if constexpr (L::kRowParams) {
+      // q . k = (H q) . (H k): the warps rotate the group's rows (bf16, as hadamard_rows) while
+      // the first steps' copies are in flight. rotate_norm is the same for the whole block.
+      if (p.rotate_norm != 0.0f) {
+        for (int j = warp; j < g; j += 4) hadamard_row<kD / 32>(q_rows + j * kD, nullptr, p.rotate_norm, s_q + j * kD);
+        __syncthreads();
+        q_rows = s_q;
+      }
+    }
+    const uint16_t* qp = q_rows + gid * kD;
 #pragma unroll
     for (int kc = 0; kc < kD / 16; ++kc) {
       if constexpr (L::kI4) {
@@ -496,11 +512,20 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     }
   }
   __syncthreads();
+  // int8/int4 under rotate_norm: an unsplit output waits behind the merge's rows for its rotation.
+  const bool rotate_here = L::kRowParams && p.rotate_norm != 0.0f && w.n_split == 1;
+  float* rotated = reinterpret_cast<float*>(smem) + kHeads * 4 * kMaxGroup * kD;
   if (head_ok) {
     decode_merge_warps<kD, kMaxGroup>(p, w, g, s_o, s_m[half], s_l[half], L::kI4 ? &s_mn[half][0][0] : nullptr,
-                                      threadIdx.x % 128, 128);
+                                      threadIdx.x % 128, 128, rotate_here ? rotated : nullptr);
   }
-  if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads>(p, w.b, w.n_split, g, smem);
+  if (rotate_here) {
+    __syncthreads();
+    const float* mean = p.v_mean ? p.v_mean + h * kD : nullptr;
+    uint16_t* out = static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + h * g) * kD;
+    for (int j = warp; j < g; j += 4) hadamard_row<kD / 32>(rotated + j * kD, mean, p.rotate_norm, out + j * kD);
+  }
+  if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads, L::kRowParams>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the

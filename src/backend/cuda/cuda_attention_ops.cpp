@@ -386,7 +386,14 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     return;
   }
   // int8/int4 rows are rotated by H: q . k = (H q) . (H k), and the output comes back as H o (its
-  // mean, which the rows were stored less, added back).
+  // mean, which the rows were stored less, added back). A decode-only batch's kernel does both.
+  p.row_params = kv.row_params.data;
+  if (plan_.prefill.num_work == 0) {
+    p.rotate_norm = hadamard_norm(g.head_dim);
+    p.v_mean = kv.v_mean.ptr<const float>();
+    attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
+    return;
+  }
   const size_t q_bytes = static_cast<size_t>(q.numel()) * 2;
   SERVE8_CHECK(q_bytes <= rotated_q_bytes_,
                "{}: {} tokens of q exceed the rotation buffer reserved for {} (reserve_steps)", op, batch.num_tokens,
@@ -401,7 +408,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   h.norm = hadamard_norm(g.head_dim);
   launch_hadamard_rows(h, stream_);
   p.q = rotated_q_;
-  p.row_params = kv.row_params.data;
   attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
   h.x = h.out = out.data;
   h.mean = kv.v_mean.ptr<const float>();

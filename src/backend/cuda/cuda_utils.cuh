@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -125,6 +126,59 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// The Walsh-Hadamard transform of the int8/int4 pools' rows (kv_rotated.cu, the decode kernel): x holds
+// elements lane * kE .. + kE - 1 of a row of 32 * kE; in place, the orthonormal transform
+// (norm = 1 / sqrt(32 kE)). Each stage pairs j with j + len: a + b at j, a - b at j + len.
+template <int kE>
+__device__ __forceinline__ void warp_hadamard(float (&x)[kE], float norm) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int len = 1; len < kE; len <<= 1) {
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      if ((j & len) == 0) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const bool upper = lane & m;
+#pragma unroll
+    for (int j = 0; j < kE; ++j) {
+      const float other = __shfl_xor_sync(0xffffffffu, x[j], m);
+      x[j] = upper ? other - x[j] : x[j] + other;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kE; ++j) x[j] *= norm;
+}
+
+// One whole warp: out = H x (+ mean) of a row of 32 * kE values (bf16 bits, or floats in shared
+// memory), rounded to bf16; the int8/int4 pools' q and attention outputs cross the rotation here.
+template <int kE, typename In>
+__device__ __forceinline__ void hadamard_row(const In* x, const float* mean, float norm, uint16_t* out) {
+  const int lane = threadIdx.x % 32;
+  float v[kE];
+#pragma unroll
+  for (int j = 0; j < kE; ++j) {
+    if constexpr (std::is_same_v<In, float>) {
+      v[j] = x[lane * kE + j];
+    } else {
+      v[j] = bf16_bits_to_float(x[lane * kE + j]);
+    }
+  }
+  warp_hadamard<kE>(v, norm);
+  if (mean) {
+#pragma unroll
+    for (int j = 0; j < kE; ++j) v[j] += mean[lane * kE + j];
+  }
+#pragma unroll
+  for (int j = 0; j < kE; ++j) out[lane * kE + j] = float_to_bf16_bits(v[j]);
 }
 
 // Sum over the block; every thread gets the result. `scratch` holds 32 floats; blockDim.x is a

@@ -13,35 +13,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-// x holds elements lane * kE .. + kE - 1 of a row of 32 * kE; in place, the orthonormal transform
-// (norm = 1 / sqrt(32 kE)). Each stage pairs j with j + len: a + b at j, a - b at j + len.
-template <int kE>
-__device__ __forceinline__ void warp_hadamard(float (&x)[kE], float norm) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int len = 1; len < kE; len <<= 1) {
-#pragma unroll
-    for (int j = 0; j < kE; ++j) {
-      if ((j & len) == 0) {
-        const float a = x[j], b = x[j + len];
-        x[j] = a + b;
-        x[j + len] = a - b;
-      }
-    }
-  }
-#pragma unroll
-  for (int m = 1; m < 32; m <<= 1) {
-    const bool upper = lane & m;
-#pragma unroll
-    for (int j = 0; j < kE; ++j) {
-      const float other = __shfl_xor_sync(0xffffffffu, x[j], m);
-      x[j] = upper ? other - x[j] : x[j] + other;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kE; ++j) x[j] *= norm;
-}
-
 __device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
   return fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
 }
@@ -175,20 +146,8 @@ __global__ void hadamard_rows_kernel(const HadamardRowsParams p) {
   constexpr int kD = 32 * kE;
   const int64_t r = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   if (r >= p.rows) return;
-  const int lane = threadIdx.x % 32;
-  const auto* src = static_cast<const uint16_t*>(p.x) + r * kD + lane * kE;
-  float x[kE];
-#pragma unroll
-  for (int j = 0; j < kE; ++j) x[j] = bf16_bits_to_float(src[j]);
-  warp_hadamard<kE>(x, p.norm);
-  if (p.mean) {
-    const float* mean = p.mean + (static_cast<int>(r % p.heads) / p.group) * kD + lane * kE;
-#pragma unroll
-    for (int j = 0; j < kE; ++j) x[j] += mean[j];
-  }
-  auto* dst = static_cast<uint16_t*>(p.out) + r * kD + lane * kE;
-#pragma unroll
-  for (int j = 0; j < kE; ++j) dst[j] = float_to_bf16_bits(x[j]);
+  const float* mean = p.mean ? p.mean + (static_cast<int>(r % p.heads) / p.group) * kD : nullptr;
+  hadamard_row<kE>(static_cast<const uint16_t*>(p.x) + r * kD, mean, p.norm, static_cast<uint16_t*>(p.out) + r * kD);
 }
 
 int warp_blocks(int64_t rows) { return static_cast<int>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock); }
