@@ -18,8 +18,8 @@ __device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
 }
 
 // rintf(t) for |t| <= 2^22 (ties to even; inf and NaN pass through): past 1.5 * 2^23 floats are
-// whole, so the add rounds. Two full-rate adds where rintf is a conversion-unit instruction at a
-// quarter of their rate, and the trim search rounds 121 x 128 values a row.
+// whole, so the add rounds. Two adds instead of rintf's FRND, which issues at a lower rate than
+// adds, where the trim search rounds 121 x 128 values a row.
 __device__ __forceinline__ float rint_small(float t) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: even, so t + kMagic keeps t's parity
   return __fsub_rn(__fadd_rn(t, kMagic), kMagic);
