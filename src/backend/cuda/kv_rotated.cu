@@ -13,16 +13,18 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-__device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
-  return fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
-}
-
 // rintf(t) for |t| <= 2^22 (ties to even; inf and NaN pass through): past 1.5 * 2^23 floats are
-// whole, so the add rounds. Two adds instead of rintf's FRND, which issues at a lower rate than
-// adds, where the trim search rounds 121 x 128 values a row.
+// whole, so the add rounds. Beyond 2^22 it may be off by a fraction, which quant_int4's clamp
+// hides. Two adds instead of rintf's FRND, which issues at a lower rate than adds, where the trim
+// search rounds 121 x 128 values a row.
 __device__ __forceinline__ float rint_small(float t) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: even, so t + kMagic keeps t's parity
   return __fsub_rn(__fadd_rn(t, kMagic), kMagic);
+}
+
+// The int4 code of x: rintf's, clamped to [0, 15], for every x.
+__device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
+  return fminf(fmaxf(rint_small(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
 }
 
 // int4 candidate trim (a, b) = (trim / 11, trim % 11) of a row's range [lo, lo + range]: its
@@ -111,9 +113,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
         const float v = xs[j];  // the same address in every lane: a broadcast
 #pragma unroll
         for (int t = 0; t < kPerLane; ++t) {
-          // |(v - l) * inv| <= 25: a trimmed range keeps at least 0.6 of the row's (quant_int4's values).
-          const float q = fminf(fmaxf(rint_small(__fmul_rn(__fsub_rn(v, l[t]), inv[t])), 0.0f), 15.0f);
-          const float e = fmaf(q, sc[t], l[t]) - v;
+          const float e = fmaf(quant_int4(v, l[t], inv[t]), sc[t], l[t]) - v;
           err[t] = fmaf(e, e, err[t]);
         }
       }
