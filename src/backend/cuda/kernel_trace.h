@@ -18,7 +18,6 @@ class KernelTrace {
 
   void start();                    // throws, naming CUPTI's error, where tracing cannot start
   std::vector<KernelSpan> stop();  // flushes after the caller synchronized the device
-  bool on() const { return on_; }
 
  private:
   bool on_ = false;
