@@ -10,6 +10,8 @@
 #   fp8w    bench-one-batch with --quantization fp8 (inputs per token, and weight-only through a
 #           config that says so) against bf16 weights, the same models, bf16 and fp8_e5m2 KV, B=1
 #           and 64, 1,024-token prompts, op profile
+#   trace   bench-one-batch --trace-steps: each kernel's share of the decode step as the CUDA graph
+#           runs it, the same models, bf16 and FP8 weights, bf16 and fp8_e5m2 KV, B=1 and 64
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
@@ -243,6 +245,26 @@ PY
   done
 }
 
+# The decode step's kernels as the graph runs them (CUPTI): GEMM, attention and other ops per step.
+# SERVE8_TRACE_MODELS / _KV / _QUANT / _BATCHES narrow it.
+trace() {
+  local copy
+  copy=$(python3 "$root/scripts/seed_experiment.py" copybw cuda 2>>"$OUT/log.txt")
+  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
+  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/trace_summary.txt"
+  for cfg in ${SERVE8_TRACE_MODELS:-llama-3-8b llama-2-13b}; do
+    for kv in ${SERVE8_TRACE_KV:-auto fp8_e5m2}; do
+      for q in ${SERVE8_TRACE_QUANT:-none fp8}; do
+        # shellcheck disable=SC2086  # the batch list is several arguments
+        "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
+          --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --input-len 1024 \
+          --output-len 32 --trace-steps 4 --copy-gbps "$copy" --result-filename "$OUT/trace_bench_one_batch.jsonl" \
+          2>>"$OUT/log.txt" | sed "s/^/$cfg kv $kv weights $q: /" | tee -a "$OUT/trace_summary.txt"
+      done
+    done
+  done
+}
+
 # In a subshell: the clients on PYTHONPATH would shadow the machine's packages in later steps.
 http() (
   export PYTHONPATH="$E/py/clients${PYTHONPATH:+:$PYTHONPATH}"
@@ -271,8 +293,8 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
 for s in "${steps[@]}"; do
   case "$s" in
-    golden|hf|hf32|kvfp8|bench|mbu|fp8w|http|gguf|gguf32|constrained) ;;
-    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w http gguf gguf32 constrained)" >&2; exit 2 ;;
+    golden|hf|hf32|kvfp8|bench|mbu|fp8w|trace|http|gguf|gguf32|constrained) ;;
+    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w trace http gguf gguf32 constrained)" >&2; exit 2 ;;
   esac
 done
 # Steps work in a scratch folder; $OUT receives one archive of it and the summaries, so that few
