@@ -110,13 +110,14 @@ TEST_P(TensorParallelKv, Tp2MatchesTp1) {
 }
 
 // Tolerances: a few steps of each dtype's relative rounding (fp32 ~1e-7, bf16 2^-8, fp16 2^-11,
-// e5m2 2^-3, e4m3 2^-4, int8 a row's 1/254) in log probability. Measured maxima over the three
-// prompts: 2.5e-5, 1.5e-2, 2.5e-3, 7.8e-2, 1.3e-5 and 4.9e-5.
+// e5m2 2^-3, e4m3 2^-4, int8 a row's 1/254, int4 a row's 1/15) in log probability. Measured maxima
+// over the three prompts: 2.5e-5, 1.5e-2, 2.5e-3, 7.8e-2, 1.3e-5, 4.9e-5 and 1.3e-2 (int4 on an
+// AVX-512 host, whose BLAS sums in another order).
 INSTANTIATE_TEST_SUITE_P(KvDtypes, TensorParallelKv,
                          ::testing::Values(KvCase{"fp32", true, 1e-4f}, KvCase{"bf16", true, 6e-2f},
                                            KvCase{"fp16", true, 1e-2f}, KvCase{"fp8_e5m2", false, 0.3f},
                                            KvCase{"fp8_e4m3", true, 0.15f}, KvCase{"int8", true, 1e-2f},
-                                           KvCase{"int4", true, 1e-2f}),
+                                           KvCase{"int4", true, 0.1f}),
                          [](const auto& info) { return info.param.dtype; });
 
 TEST(TensorParallel, RadixCacheAndChunkedPrefillAtTp2) {
