@@ -297,13 +297,11 @@ class Backend {
   // Writes k, v [T, Hkv, D] into the layer's pool at batch.out_slots: divide by the scale,
   // saturate and convert to the storage dtype (core/dtype.h, bit for bit), in one pass.
   virtual void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) = 0;
-  // rope(q, k, positions, inv_freq), then kv_store(k, v, batch, kv): one op so that a backend can
-  // do both in one pass.
-  virtual void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
-                             const DeviceBatch& batch, const KvLayer& kv) {
-    rope(q, k, positions, inv_freq);
-    kv_store(k, v, batch, kv);
-  }
+  // rope then kv_store on one QKV GEMM's output: qkv [T, Hq + 2 Hkv, D] holds each token's q, k and
+  // v heads in one row. q's heads are rotated into q [T, Hq, D], k's in place; k and v go into the
+  // pool. One op, so that a backend reads the row once.
+  virtual void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq,
+                             const DeviceBatch& batch, const KvLayer& kv) = 0;
   // Paged attention over the pool for every new token of the batch (prefill/extend and decode
   // rows alike; see ForwardBatch). q, out [T, Hq, D]; Hq = group * Hkv. Reads the pool in its
   // storage dtype, dequantizes in registers; k_scale folds into the softmax scale, v_scale into

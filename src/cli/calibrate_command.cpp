@@ -47,9 +47,23 @@ std::vector<int32_t> read_tokens(const CalibrateArgs& a, const Tokenizer* tok) {
 
 // max |x| per KV head of a [T, Hkv, D] tensor in backend memory, folded into amax[layer * Hkv + h],
 // and its sum per channel into sum[(layer * Hkv + h) * D + c] (for the means int8/int4 rows centre on).
-void fold_amax(Backend& be, const Tensor& x, int layer, std::vector<float>& amax, std::vector<double>& sum) {
-  const int64_t t = x.dim(0), heads = x.dim(1), d = x.dim(2);
-  std::vector<float> f(static_cast<size_t>(t * heads * d));
+// Folds heads [first, first + heads) of each row of x [T, H, D] into the layer's maxima and sums.
+void fold_amax(const std::vector<float>& x, int64_t t, int64_t row_heads, int64_t first, int64_t heads, int64_t d,
+               int layer, std::vector<float>& amax, std::vector<double>& sum) {
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      float& m = amax[static_cast<size_t>(layer * heads + h)];
+      double* s = sum.data() + (layer * heads + h) * d;
+      const float* y = x.data() + (i * row_heads + first + h) * d;
+      for (int64_t j = 0; j < d; ++j) {
+        m = std::max(m, std::fabs(y[j]));
+        s[j] += y[j];
+      }
+    }
+}
+
+std::vector<float> to_host_f32(Backend& be, const Tensor& x) {
+  std::vector<float> f(static_cast<size_t>(x.numel()));
   if (x.dtype == DType::kF32) {
     be.copy_to_host(f.data(), x.data, f.size() * sizeof(float));
   } else {
@@ -58,16 +72,7 @@ void fold_amax(Backend& be, const Tensor& x, int layer, std::vector<float>& amax
     be.copy_to_host(b.data(), x.data, b.size() * 2);
     for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
   }
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t h = 0; h < heads; ++h) {
-      float& m = amax[static_cast<size_t>(layer * heads + h)];
-      double* s = sum.data() + (layer * heads + h) * d;
-      for (int64_t j = 0; j < d; ++j) {
-        const float y = f[static_cast<size_t>((i * heads + h) * d + j)];
-        m = std::max(m, std::fabs(y));
-        s[j] += y;
-      }
-    }
+  return f;
 }
 
 int run_calibrate(CalibrateArgs a) {
@@ -87,10 +92,13 @@ int run_calibrate(CalibrateArgs a) {
   const size_t d = static_cast<size_t>(mc.head_dim);
   std::vector<double> sum_k(n * d, 0.0), sum_v(n * d, 0.0);
   std::vector<int64_t> rows(static_cast<size_t>(mc.num_layers), 0);
-  e.model->set_kv_observer([&](int layer, const Tensor& k, const Tensor& v) {
-    fold_amax(*e.backend, k, layer, amax_k, sum_k);
-    fold_amax(*e.backend, v, layer, amax_v, sum_v);
-    rows[static_cast<size_t>(layer)] += k.dim(0);
+  const int64_t hq = mc.num_heads, hkv = mc.num_kv_heads;
+  e.model->set_kv_observer([&](int layer, const Tensor& qkv) {
+    const std::vector<float> x = to_host_f32(*e.backend, qkv);
+    const int64_t t = qkv.dim(0), row_heads = qkv.dim(1);
+    fold_amax(x, t, row_heads, hq, hkv, mc.head_dim, layer, amax_k, sum_k);
+    fold_amax(x, t, row_heads, hq + hkv, hkv, mc.head_dim, layer, amax_v, sum_v);
+    rows[static_cast<size_t>(layer)] += t;
   });
   std::vector<std::vector<int32_t>> chunks;
   for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(a.context))

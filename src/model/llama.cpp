@@ -42,6 +42,7 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend& backen
   residual_ = make_buffer(backend, c, max_tokens, h);
   normed_ = make_buffer(backend, c, max_tokens, h);
   qkv_ = make_buffer(backend, c, max_tokens, shard_.q_size(config_.head_dim) + 2ll * shard_.kv_size(config_.head_dim));
+  q_ = make_buffer(backend, c, max_tokens, shard_.num_heads * d);
   attn_out_ = make_buffer(backend, c, max_tokens, shard_.num_heads * d);
   proj_out_ = make_buffer(backend, c, max_tokens, h);
   gate_up_ = make_buffer(backend, c, max_tokens, 2ll * shard_.intermediate_size);
@@ -97,7 +98,7 @@ double LlamaModel::decode_weight_bytes() const {
 
 size_t LlamaModel::activation_bytes() const {
   size_t n = 0;
-  for (const Buffer* b : {&residual_, &normed_, &qkv_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
+  for (const Buffer* b : {&residual_, &normed_, &qkv_, &q_, &attn_out_, &proj_out_, &gate_up_, &act_, &last_hidden_,
                           &logits_, &inv_freq_, &act_q_, &act_scale_})
     n += b->bytes();
   return n;
@@ -221,28 +222,14 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   const int64_t qs = shard_.q_size(config_.head_dim);
   const int64_t kvs = shard_.kv_size(config_.head_dim);
   const int64_t heads = shard_.num_heads, kv_heads = shard_.num_kv_heads, inter = shard_.intermediate_size;
-  // q, k and v lie one after the other in qkv_ ([t, qs], [t, kvs], [t, kvs]), each contiguous for
-  // rope, kv_store and attention. For one token that is the fused QKV GEMM's output row itself: one
-  // GEMM; for more, three, each over its block of the fused weight's rows.
-  const Tensor qkv = qkv_.view(c, {t * (qs + 2 * kvs)});
-  Tensor q = qkv.rows(0, t * qs).reshape({t, heads, d});
-  Tensor k = qkv.rows(t * qs, t * kvs).reshape({t, kv_heads, d});
-  Tensor v = qkv.rows(t * (qs + kvs), t * kvs).reshape({t, kv_heads, d});
+  // One QKV GEMM: each token's q, k and v heads in one row of qkv_; rope_kv_store rotates q into
+  // q_, where attention wants it contiguous, and puts k and v into the pool.
+  const Tensor qkv = qkv_.view(c, {t, heads + 2 * kv_heads, d});
+  Tensor q = q_.view(c, {t, heads, d});
   if (linear_observer_) linear_observer_(l, Matrix::kQkv, in.x);
-  if (t == 1) {
-    linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({1, qs + 2 * kvs}));
-  } else {
-    const auto part = [](const Tensor& x, int64_t begin, int64_t count) {
-      return x.empty() ? Tensor() : x.rows(begin, count);
-    };
-    const Tensor bq = part(w.bqkv, 0, qs), bk = part(w.bqkv, qs, kvs), bv = part(w.bqkv, qs + kvs, kvs);
-    linear(in, w.wqkv.rows(0, qs), part(w.wqkv_scale, 0, qs), bq.empty() ? nullptr : &bq, q.reshape({t, qs}));
-    linear(in, w.wqkv.rows(qs, kvs), part(w.wqkv_scale, qs, kvs), bk.empty() ? nullptr : &bk, k.reshape({t, kvs}));
-    linear(in, w.wqkv.rows(qs + kvs, kvs), part(w.wqkv_scale, qs + kvs, kvs), bv.empty() ? nullptr : &bv,
-           v.reshape({t, kvs}));
-  }
-  backend_.rope_kv_store(q, k, v, db.positions, inv_freq_.view(DType::kF32, {d / 2}), db, kv);
-  if (kv_observer_) kv_observer_(l, k, v);
+  linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({t, qs + 2 * kvs}));
+  backend_.rope_kv_store(qkv, q, db.positions, inv_freq_.view(DType::kF32, {d / 2}), db, kv);
+  if (kv_observer_) kv_observer_(l, qkv);
   Tensor attn = attn_out_.view(c, {t, heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});

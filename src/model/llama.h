@@ -74,9 +74,10 @@ class LlamaModel {
   void disable_decode_graphs();
   static std::vector<int> graph_batch_sizes(int max_bs);
 
-  // Called after each layer's kv_store with the layer's new K (after RoPE) and V, [T, Hkv, D] in
-  // the compute dtype (calibration records their maxima). Empty by default.
-  using KvObserver = std::function<void(int layer, const Tensor& k, const Tensor& v)>;
+  // Called after each layer's kv_store with its QKV rows [T, Hq + 2 Hkv, D] in the compute dtype:
+  // the last 2 Hkv heads are the new K (after RoPE) and V (calibration records their maxima).
+  // Empty by default.
+  using KvObserver = std::function<void(int layer, const Tensor& qkv)>;
   void set_kv_observer(KvObserver observer) { kv_observer_ = std::move(observer); }
   // Called with each layer matrix's input [T, K] in the compute dtype before its GEMM (`serve8
   // convert fp8` gathers GPTQ's statistics from them). Empty by default.
@@ -119,7 +120,7 @@ class LlamaModel {
   KvCache* graph_kv_ = nullptr;
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.
-  Buffer residual_, normed_, qkv_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
+  Buffer residual_, normed_, qkv_, q_, attn_out_, proj_out_, gate_up_, act_, last_hidden_, logits_, inv_freq_;
   Buffer logits_shard_;  // tensor parallel: this rank's vocabulary columns of the logits
   // FP8 weights: a GEMM's input quantized per token, and its scales (unless the checkpoint keeps
   // inputs unquantized: weight-only FP8).

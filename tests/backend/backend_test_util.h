@@ -104,6 +104,31 @@ struct HostArray {
   }
 };
 
+// Each of t tokens' q, k and v rows side by side (q, k and v hold t rows each): one QKV GEMM's
+// output, as rope_kv_store takes it.
+inline HostArray qkv_rows(const HostArray& q, const HostArray& k, const HostArray& v, int64_t t) {
+  HostArray out(q.dtype, q.size() + k.size() + v.size());
+  const size_t tokens = static_cast<size_t>(t);
+  uint8_t* dst = out.bytes.data();
+  for (size_t i = 0; i < tokens; ++i)
+    for (const HostArray* x : {&q, &k, &v}) {
+      const size_t row = x->bytes.size() / tokens;
+      std::memcpy(dst, x->bytes.data() + i * row, row);
+      dst += row;
+    }
+  return out;
+}
+
+// Elements [begin, begin + n) of each of t equal rows of x.
+inline HostArray row_slices(const HostArray& x, int64_t t, int64_t begin, int64_t n) {
+  HostArray out(x.dtype, static_cast<size_t>(t * n));
+  const size_t es = dtype_size(x.dtype), row = x.bytes.size() / static_cast<size_t>(t);
+  for (size_t i = 0; i < static_cast<size_t>(t); ++i)
+    std::memcpy(out.bytes.data() + i * static_cast<size_t>(n) * es,
+                x.bytes.data() + i * row + static_cast<size_t>(begin) * es, static_cast<size_t>(n) * es);
+  return out;
+}
+
 inline Tensor view_of(std::vector<float>& v, std::initializer_list<int64_t> dims) {
   return Tensor(v.data(), DType::kF32, dims);
 }

@@ -76,9 +76,9 @@ inline std::vector<float> bf16_values(std::vector<float> v) {
   return v;
 }
 
-// rope_kv_store against rope then kv_store on `gpu` (activations `act`): q, k and each pool in
-// `pools` equal byte for byte, over head dims up to max_head_dim that take the fused kernel and
-// one that does not.
+// rope_kv_store on one QKV row per token against rope then kv_store on q, k and v apart, on `gpu`
+// (activations `act`): q, k and each pool in `pools` equal byte for byte, over head dims up to
+// max_head_dim that take the fused kernel and one that does not.
 inline void expect_rope_kv_store_is_rope_then_kv_store(Backend& gpu, DType act, std::initializer_list<DType> pools,
                                                        int64_t max_head_dim, Rng& rng) {
   for (DType dt : pools) {
@@ -109,15 +109,16 @@ inline void expect_rope_kv_store_is_rope_then_kv_store(Backend& gpu, DType act, 
       gpu.reserve_steps(
           StepLimits{static_cast<int>(t), 1, static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(d)});
       auto dp = to_device(gpu, pos), df = to_device(gpu, freq), dv = to_device(gpu, v);
-      auto q1 = to_device(gpu, q), k1 = to_device(gpu, k), q2 = to_device(gpu, q), k2 = to_device(gpu, k);
+      auto q1 = to_device(gpu, q), k1 = to_device(gpu, k);
       gpu.rope(q1.view({t, hq, d}), k1.view({t, hkv, d}), dp.view({t}), df.view({d / 2}));
       gpu.kv_store(k1.view({t, hkv, d}), dv.view({t, hkv, d}), gpu.upload_batch(fb, *split_cache),
                    split_cache->layer(0));
-      gpu.rope_kv_store(q2.view({t, hq, d}), k2.view({t, hkv, d}), dv.view({t, hkv, d}), dp.view({t}), df.view({d / 2}),
+      auto qkv = to_device(gpu, qkv_rows(q, k, v, t)), q2 = to_device(gpu, HostArray(act, q.size()));
+      gpu.rope_kv_store(qkv.view({t, hq + 2 * hkv, d}), q2.view({t, hq, d}), dp.view({t}), df.view({d / 2}),
                         gpu.upload_batch(fb, *fused_cache), fused_cache->layer(0));
       const std::string what = std::string(dtype_name(dt)) + " D=" + std::to_string(d);
       EXPECT_EQ(to_host(gpu, q1).bytes, to_host(gpu, q2).bytes) << what << " q";
-      EXPECT_EQ(to_host(gpu, k1).bytes, to_host(gpu, k2).bytes) << what << " k";
+      EXPECT_EQ(to_host(gpu, k1).bytes, row_slices(to_host(gpu, qkv), t, hq * d, hkv * d).bytes) << what << " k";
       for (int which = 0; which < 2; ++which) {
         const Tensor a = which ? split_cache->layer(0).v : split_cache->layer(0).k;
         const Tensor b = which ? fused_cache->layer(0).v : fused_cache->layer(0).k;

@@ -45,6 +45,9 @@ class HostMemoryBackend : public Backend {
   }
   void rope(Tensor, Tensor, const Tensor&, const Tensor&) override { unsupported(); }
   void kv_store(const Tensor&, const Tensor&, const DeviceBatch&, const KvLayer&) override { unsupported(); }
+  void rope_kv_store(Tensor, Tensor, const Tensor&, const Tensor&, const DeviceBatch&, const KvLayer&) override {
+    unsupported();
+  }
   void attention(const Tensor&, const KvLayer&, const DeviceBatch&, float, Tensor) override { unsupported(); }
   void silu_mul(const Tensor&, Tensor, const Fp8Rows*) override { unsupported(); }
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { unsupported(); }

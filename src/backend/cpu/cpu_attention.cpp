@@ -3,6 +3,7 @@
 // fp32/bf16/fp16 rows converted to fp32 at the edges. Attention accumulates in fp32.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -296,6 +297,37 @@ void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const 
   check_slots(slots, t_count, g.num_slots, op, "out_slots");
   if (t_count == 0) return;
   dispatch_kv(kv.k.dtype, op, [&]<typename S>() { kv_store_impl<S>(k, v, slots, t_count, kv, g); });
+}
+
+void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq, const DeviceBatch& batch,
+                   const KvLayer& kv) {
+  constexpr std::string_view op = "rope_kv_store";
+  const KvGeometry g = check_kv_layer(kv, op);
+  check_tensor(qkv, op, "qkv");
+  check_tensor(q, op, "q");
+  check_float(qkv, op, "qkv");
+  check_dtype(q, qkv.dtype, op, "q");
+  const int64_t hq = q.ndim == 3 ? q.dim(1) : 0;
+  SERVE8_CHECK(q.ndim == 3 && qkv.ndim == 3 && qkv.dim(0) == q.dim(0) && qkv.dim(1) == hq + 2 * g.heads &&
+                   qkv.dim(2) == q.dim(2),
+               "{}: qkv {} and q {} for {} KV heads, expected [T, Hq + 2 Hkv, D] and [T, Hq, D]", op, qkv.shape_str(),
+               q.shape_str(), g.heads);
+  // The row's three parts copied apart, then rope and kv_store as they are; k goes back rotated.
+  const int64_t t_count = q.dim(0), d = q.dim(2);
+  const auto es = static_cast<int64_t>(dtype_size(qkv.dtype));
+  const int64_t row = qkv.dim(1) * d * es, q_bytes = hq * d * es, kv_bytes = g.heads * d * es;
+  std::vector<char> kb(static_cast<size_t>(t_count * kv_bytes)), vb(kb.size());
+  char* src = qkv.ptr<char>();
+  for (int64_t t = 0; t < t_count; ++t) {
+    std::memcpy(q.ptr<char>() + t * q_bytes, src + t * row, static_cast<size_t>(q_bytes));
+    std::memcpy(kb.data() + t * kv_bytes, src + t * row + q_bytes, static_cast<size_t>(kv_bytes));
+    std::memcpy(vb.data() + t * kv_bytes, src + t * row + q_bytes + kv_bytes, static_cast<size_t>(kv_bytes));
+  }
+  const Tensor k(kb.data(), qkv.dtype, {t_count, g.heads, d}), v(vb.data(), qkv.dtype, {t_count, g.heads, d});
+  rope(q, k, positions, inv_freq);
+  for (int64_t t = 0; t < t_count; ++t)
+    std::memcpy(src + t * row + q_bytes, kb.data() + t * kv_bytes, static_cast<size_t>(kv_bytes));
+  kv_store(k, v, batch, kv);
 }
 
 void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out) {

@@ -286,6 +286,10 @@ class CpuBackend final : public Backend {
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override {
     cpu::kv_store(k, v, batch, kv);
   }
+  void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq, const DeviceBatch& batch,
+                     const KvLayer& kv) override {
+    cpu::rope_kv_store(qkv, q, positions, inv_freq, batch, kv);
+  }
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                  Tensor out) override {
     cpu::attention(q, kv, batch, softmax_scale, out);

@@ -24,6 +24,8 @@ void silu_mul(const Tensor& gate_up, Tensor out);
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor out);
 
 void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv);
+void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq, const DeviceBatch& batch,
+                   const KvLayer& kv);
 void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out);
 
 void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids);

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_checks.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -251,6 +252,7 @@ KvStoreParams CudaBackend::kv_store_params(const char* op, const Tensor& k, cons
   p.dtype = k.dtype;
   p.k = k.data;
   p.v = v.data;
+  p.k_stride = p.v_stride = g.heads * g.head_dim;
   p.out_slots = batch.out_slots.ptr<const int32_t>();
   p.k_pool = kv.k.data;
   p.v_pool = kv.v.data;
@@ -282,23 +284,36 @@ void CudaBackend::kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& 
   }
 }
 
-void CudaBackend::rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
+void CudaBackend::rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq,
                                 const DeviceBatch& batch, const KvLayer& kv) {
   on_device();
   constexpr const char* op = "rope_kv_store";
-  // int8/int4 pools keep their rotated store; rope and kv_store check the arguments there.
-  if (kv_dtype_is_rotated(kv.k.dtype)) {
-    Backend::rope_kv_store(q, k, v, positions, inv_freq, batch, kv);
-    return;
-  }
-  const RopeParams r = rope_params(op, q, k, positions, inv_freq);
-  const KvStoreParams s = kv_store_params(op, k, v, batch, kv);
-  if (!rope_kv_store_fusable(r, s)) {
-    Backend::rope_kv_store(q, k, v, positions, inv_freq, batch, kv);
-    return;
-  }
+  cuda_ops::check_activation(qkv, op, "qkv");
+  cuda_ops::check_dtype(q, qkv.dtype, op, "q");
+  const int64_t hq = q.ndim == 3 ? q.dim(1) : 0, hkv = kv.k.ndim == 4 ? kv.k.dim(1) : 0;
+  SERVE8_CHECK(
+      q.ndim == 3 && qkv.ndim == 3 && qkv.dim(0) == q.dim(0) && qkv.dim(1) == hq + 2 * hkv && qkv.dim(2) == q.dim(2),
+      "{}: qkv {} and q {} for {} KV heads, expected [T, Hq + 2 Hkv, D] and [T, Hq, D]", op, qkv.shape_str(),
+      q.shape_str(), hkv);
+  // k and v as [T, Hkv, D] for the checks; the kernels step from token to token by the row stride.
+  const int64_t t = q.dim(0), d = q.dim(2), stride = qkv.dim(1) * d;
+  const size_t es = dtype_size(qkv.dtype);
+  const Tensor k(static_cast<char*>(qkv.data) + static_cast<size_t>(hq * d) * es, qkv.dtype, {t, hkv, d});
+  const Tensor v(static_cast<char*>(qkv.data) + static_cast<size_t>((hq + hkv) * d) * es, qkv.dtype, {t, hkv, d});
+  RopeParams r = rope_params(op, q, k, positions, inv_freq);
+  KvStoreParams s = kv_store_params(op, k, v, batch, kv);
+  r.q = qkv.data;
+  r.q_stride = r.k_stride = s.k_stride = s.v_stride = stride;
   const OpScope profile(profiler_, op);
-  launch_rope_kv_store(r, s, stream_);
+  if (kv_dtype_is_rotated(kv.k.dtype)) {  // int8/int4 pools keep their rotated store
+    launch_rope(r, stream_);
+    launch_kv_store_rotated(s, stream_);
+  } else if (rope_kv_store_fusable(r, s)) {
+    launch_rope_kv_store(r, s, stream_);
+  } else {
+    launch_rope(r, stream_);
+    launch_kv_store(s, stream_);
+  }
 }
 
 // The int8/int4 pools' rotated q: a buffer for the most tokens a step has, once such a pool exists.

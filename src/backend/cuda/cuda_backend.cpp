@@ -444,7 +444,10 @@ RopeParams CudaBackend::rope_params(const char* op, Tensor q, Tensor k, const Te
   RopeParams p;
   p.dtype = q.dtype;
   p.q = q.data;
+  p.q_out = q.data;
   p.k = k.data;
+  p.q_stride = q.dim(1) * d;
+  p.k_stride = k.dim(1) * d;
   p.positions = positions.ptr<const int32_t>();
   p.inv_freq = inv_freq.ptr<const float>();
   p.num_tokens = to_int(t, op, "tokens");

@@ -88,8 +88,8 @@ class CudaBackend final : public Backend {
   bool has_gemm_fp8_weights() const override { return true; }
   void rope(Tensor q, Tensor k, const Tensor& positions, const Tensor& inv_freq) override;
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
-  void rope_kv_store(Tensor q, Tensor k, const Tensor& v, const Tensor& positions, const Tensor& inv_freq,
-                     const DeviceBatch& batch, const KvLayer& kv) override;
+  void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq, const DeviceBatch& batch,
+                     const KvLayer& kv) override;
   void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
                  Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override;

@@ -169,28 +169,33 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   // All loads of a thread's rotations first, then the stores: q and k could alias as far as the
   // compiler knows, and interleaving would serialize one memory round trip per rotation.
   for (int j0 = threadIdx.x; j0 < n; j0 += kRopeThreads * kRopePerThread) {
-    T* base[kRopePerThread];
+    T* dst[kRopePerThread];
     int col[kRopePerThread];
     float x1[kRopePerThread], x2[kRopePerThread];
 #pragma unroll
     for (int r = 0; r < kRopePerThread; ++r) {
       const int j = j0 + r * kRopeThreads;
-      base[r] = nullptr;
+      dst[r] = nullptr;
       if (j >= n) continue;
       const int h = h0 + j / half;
       col[r] = j % half;
-      base[r] = h < p.num_q_heads ? static_cast<T*>(p.q) + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim
-                                  : static_cast<T*>(p.k) +
-                                        (static_cast<int64_t>(t) * p.num_kv_heads + (h - p.num_q_heads)) * p.head_dim;
-      x1[r] = A::load(base[r] + col[r]);
-      x2[r] = A::load(base[r] + col[r] + half);
+      const T* src;
+      if (h < p.num_q_heads) {
+        src = static_cast<const T*>(p.q) + t * p.q_stride + int64_t{h} * p.head_dim;
+        dst[r] = static_cast<T*>(p.q_out) + (static_cast<int64_t>(t) * p.num_q_heads + h) * p.head_dim;
+      } else {
+        dst[r] = static_cast<T*>(p.k) + t * p.k_stride + int64_t{h - p.num_q_heads} * p.head_dim;
+        src = dst[r];
+      }
+      x1[r] = A::load(src + col[r]);
+      x2[r] = A::load(src + col[r] + half);
     }
 #pragma unroll
     for (int r = 0; r < kRopePerThread; ++r) {
-      if (!base[r]) continue;
+      if (!dst[r]) continue;
       rotate_half_pair<A>(x1[r], x2[r], cs[col[r]], cs[half + col[r]]);
-      A::store(base[r] + col[r], x1[r]);
-      A::store(base[r] + col[r] + half, x2[r]);
+      A::store(dst[r] + col[r], x1[r]);
+      A::store(dst[r] + col[r] + half, x2[r]);
     }
   }
 }

@@ -45,11 +45,15 @@ struct RmsNormParams {
 };
 void launch_rmsnorm(const RmsNormParams& p, cudaStream_t stream);
 
-// HF rotate-half RoPE of q and k in place.
+// HF rotate-half RoPE: q's heads rotated into q_out [T, Hq, D], k's in place. A token's heads lie
+// q_stride (k_stride) elements after the previous token's: one QKV GEMM's output rows, or [T, H, D].
 struct RopeParams {
   DType dtype = DType::kBF16;  // of q and k: bf16 or fp32
-  void* q = nullptr;
+  const void* q = nullptr;
+  void* q_out = nullptr;  // may be q itself when q_stride == Hq * D
   void* k = nullptr;
+  int64_t q_stride = 0;
+  int64_t k_stride = 0;
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
   int num_tokens = 0;
@@ -124,6 +128,8 @@ struct KvStoreParams {
   DType dtype = DType::kBF16;  // of k and v: bf16 or fp32
   const void* k = nullptr;
   const void* v = nullptr;
+  int64_t k_stride = 0;  // elements from one token's heads to the next's (RopeParams)
+  int64_t v_stride = 0;
   const int32_t* out_slots = nullptr;
   void* k_pool = nullptr;
   void* v_pool = nullptr;
@@ -145,7 +151,7 @@ struct KvStoreParams {
 void launch_kv_store(const KvStoreParams& p, cudaStream_t stream);
 void launch_kv_store_rotated(const KvStoreParams& p, cudaStream_t stream);
 // rope then kv_store in one kernel, for the pools launch_kv_store writes, where
-// rope_kv_store_fusable: head_dim a multiple of 16, q, k and v 16-byte aligned.
+// rope_kv_store_fusable: head_dim a multiple of 16, q, q_out, k and v rows 16-byte aligned.
 bool rope_kv_store_fusable(const RopeParams& r, const KvStoreParams& s);
 void launch_rope_kv_store(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream);
 

@@ -48,7 +48,8 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
   const int64_t row = is_v ? item - per_tensor : item;  // token * Hkv + head
   const int token = static_cast<int>(row / p.num_kv_heads);
   const int head = static_cast<int>(row - int64_t{token} * p.num_kv_heads);
-  const auto* src = static_cast<const uint16_t*>(is_v ? p.v : p.k) + row * kD + lane * kE;
+  const auto* src =
+      static_cast<const uint16_t*>(is_v ? p.v : p.k) + token * (is_v ? p.v_stride : p.k_stride) + head * kD + lane * kE;
   const float* mean = (is_v ? p.v_mean : p.k_mean) + head * kD + lane * kE;
   const float scale = (is_v ? p.v_scale : p.k_scale)[head];
   float x[kE];

@@ -82,7 +82,8 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
     const int c = static_cast<int>(i - row * chunks) * kVec;
     const int token = static_cast<int>(row / p.num_kv_heads);
     const int head = static_cast<int>(row - int64_t{token} * p.num_kv_heads);
-    const TIn* src = static_cast<const TIn*>(is_v ? p.v : p.k) + row * p.head_dim + c;
+    const TIn* src = static_cast<const TIn*>(is_v ? p.v : p.k) + token * (is_v ? p.v_stride : p.k_stride) +
+                     int64_t{head} * p.head_dim + c;
     const float scale = (is_v ? p.v_scale : p.k_scale)[head];
     const int64_t slot = p.out_slots[token];
     T* dst = static_cast<T*>(is_v ? p.v_pool : p.k_pool) + kv_row(slot, head, p.num_kv_heads) * p.head_dim + c;
@@ -97,8 +98,8 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
 }
 
 // RoPE and kv_store in one kernel: a block per (token, group of heads) over q's, k's and v's
-// heads, D/16 threads a head. A q or k thread rotates 8 pairs (i, i + D/2) in place, as
-// rope_kernel does; a k or v thread stores its 16 values into the pool.
+// heads, D/16 threads a head. A q or k thread rotates 8 pairs (i, i + D/2) as rope_kernel does (q
+// into q_out, k in place); a k or v thread stores its 16 values into the pool.
 template <typename TIn, DType kStore>
 __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const RopeParams r, const KvStoreParams s) {
   allow_dependent_launch();
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   const int64_t slot = s.out_slots[t];
   if (head >= hq + hkv) {  // v: 16 values as they are
     const int h = head - hq - hkv;
-    const TIn* src = static_cast<const TIn*>(s.v) + (int64_t{t} * hkv + h) * d + 2 * c;
+    const TIn* src = static_cast<const TIn*>(s.v) + t * s.v_stride + int64_t{h} * d + 2 * c;
     T* dst = static_cast<T*>(s.v_pool) + kv_row(slot, h, hkv) * d + 2 * c;
     float x[8];
 #pragma unroll
@@ -130,10 +131,13 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   }
   const bool is_k = head >= hq;
   const int h = is_k ? head - hq : head;
-  TIn* row = static_cast<TIn*>(is_k ? r.k : r.q) + (int64_t{t} * (is_k ? hkv : hq) + h) * d;
+  const TIn* src = is_k ? static_cast<const TIn*>(r.k) + t * r.k_stride + int64_t{h} * d
+                        : static_cast<const TIn*>(r.q) + t * r.q_stride + int64_t{h} * d;
+  TIn* row = is_k ? static_cast<TIn*>(r.k) + t * r.k_stride + int64_t{h} * d
+                  : static_cast<TIn*>(r.q_out) + (int64_t{t} * hq + h) * d;
   float x1[8], x2[8];
-  A::load8(row + c, x1);
-  A::load8(row + c + half, x2);
+  A::load8(src + c, x1);
+  A::load8(src + c + half, x2);
 #pragma unroll
   for (int j = 0; j < 8; ++j) rotate_half_pair<A>(x1[j], x2[j], cs[c + j], cs[half + c + j]);
   A::store8(row + c, x1);
@@ -147,7 +151,8 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
 template <typename TIn, DType kStore>
 void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int threads = 256;
-  const bool vec = p.head_dim % 8 == 0 && aligned16(p.k) && aligned16(p.v);
+  const bool vec =
+      p.head_dim % 8 == 0 && aligned16(p.k) && aligned16(p.v) && p.k_stride % 8 == 0 && p.v_stride % 8 == 0;
   const int64_t work = 2 * int64_t{p.num_tokens} * p.num_kv_heads * (vec ? p.head_dim / 8 : p.head_dim);
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
@@ -202,7 +207,9 @@ void with_store_types(const KvStoreParams& p, F&& f) {
 }  // namespace
 
 bool rope_kv_store_fusable(const RopeParams& r, const KvStoreParams& s) {
-  return r.head_dim % 16 == 0 && r.head_dim / 16 <= kFusedThreads && aligned16(r.q) && aligned16(r.k) && aligned16(s.v);
+  // Rows of 8 elements or more (bf16 or fp32) start 16-byte aligned where the strides are multiples of 8.
+  return r.head_dim % 16 == 0 && r.head_dim / 16 <= kFusedThreads && aligned16(r.q) && aligned16(r.q_out) &&
+         aligned16(r.k) && aligned16(s.v) && r.q_stride % 8 == 0 && r.k_stride % 8 == 0 && s.v_stride % 8 == 0;
 }
 
 void launch_rope_kv_store(const RopeParams& r, const KvStoreParams& s, cudaStream_t stream) {
