@@ -104,7 +104,7 @@ TEST_F(CudaBackendTest, UploadBatchKeepsSlotsInTheTable) {
   // lists every slot of each sequence, from the table.
   ForwardBatch next;
   next.add_sequence(0, 13, std::vector<int32_t>{10, 11}, std::vector<int32_t>{31, 32});  // extend by 2
-  next.add_sequence(2, 4, std::vector<int32_t>{12}, std::vector<int32_t>{6});             // decode
+  next.add_sequence(2, 4, std::vector<int32_t>{12}, std::vector<int32_t>{6});            // decode
   const DeviceBatch d2 = gpu_->upload_batch(next, *cache);
   EXPECT_EQ(get(d2.tokens), (std::vector<int32_t>{10, 11, 12}));
   EXPECT_EQ(get(d2.positions), (std::vector<int32_t>{11, 12, 3}));
@@ -318,11 +318,13 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
   EXPECT_THROW(gpu_->create_kv_cache({1, 2, 16, DType::kF32, 4}, KvScales::ones(1, 2)), Error);
 }
 
-// rope_kv_store (one kernel where head_dim is a multiple of 16, the two ops otherwise) leaves q,
-// k and the pool byte for byte as rope followed by kv_store, for every storage dtype.
+// rope_kv_store (one kernel where head_dim is a multiple of 16, the two ops otherwise; int8 and
+// int4 through their rotated store) leaves q, k and the pool byte for byte as rope followed by
+// kv_store, for every storage dtype.
 TEST_F(CudaBackendTest, RopeKvStoreIsRopeThenKvStore) {
   test::expect_rope_kv_store_is_rope_then_kv_store(
-      *gpu_, DType::kBF16, {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3}, 256, rng_);
+      *gpu_, DType::kBF16, {DType::kBF16, DType::kF16, DType::kFP8E5M2, DType::kFP8E4M3, DType::kI8, DType::kI4}, 256,
+      rng_);
 }
 
 }  // namespace
