@@ -193,23 +193,36 @@ bench() {
   done
 }
 
-# Decode MBU at batch >= 64, as one static batch: Llama-3-8B and Llama-2-13B (dummy
-# weights), each KV dtype, batch 64/128/256 at 1,024-token prompts (a batch the pool cannot hold
-# ends that run with an error in log.txt after the smaller ones are written), against the copy bandwidth
-# measured here; --profile-steps splits a step into its ops (graphs off: kernel time by op, and the
-# wall-clock rest is launch gaps and host work). SERVE8_MBU_MODELS / _BATCHES / _KV narrow it.
-mbu() {
-  local copy
+# The copy bandwidth measured here (0 where it could not be: no MBU column), into $copy and the
+# first line of STEP's summary.
+measure_copy() {
   copy=$(python3 "$root/scripts/seed_experiment.py" copybw cuda 2>>"$OUT/log.txt")
-  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0  # not measured: no MBU column
-  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/mbu_summary.txt"
+  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
+  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/$1_summary.txt"
+}
+
+# one_batch STEP LABEL ARGS...: bench-one-batch on dummy weights with 1,024-token prompts and ARGS,
+# its records into STEP's JSONL and its lines, behind LABEL, into STEP's summary.
+one_batch() {
+  local step=$1 label=$2
+  shift 2
+  "$B" bench-one-batch --device cuda --load-format dummy --input-len 1024 --output-len 32 --copy-gbps "$copy" \
+    --result-filename "$OUT/${step}_bench_one_batch.jsonl" "$@" 2>>"$OUT/log.txt" |
+    sed "s/^/$label: /" | tee -a "$OUT/${step}_summary.txt"
+}
+
+# Decode MBU at batch >= 64, as one static batch: Llama-3-8B and Llama-2-13B (dummy
+# weights), each KV dtype, batch 64/128/256 (a batch the pool cannot hold ends that run with an
+# error in log.txt after the smaller ones are written); --profile-steps splits a step into its ops
+# (graphs off: kernel time by op, and the wall-clock rest is launch gaps and host work).
+# SERVE8_MBU_MODELS / _BATCHES / _KV narrow it.
+mbu() {
+  measure_copy mbu
   for cfg in ${SERVE8_MBU_MODELS:-llama-3-8b llama-2-13b}; do
     for kv in ${SERVE8_MBU_KV:-auto fp8_e5m2 fp8_e4m3}; do
       # shellcheck disable=SC2086  # the batch list is several arguments
-      "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
-        --kv-cache-dtype "$kv" --batch-size ${SERVE8_MBU_BATCHES:-64 128 256} --input-len 1024 --output-len 32 \
-        --profile-steps 4 --copy-gbps "$copy" --result-filename "$OUT/mbu_bench_one_batch.jsonl" \
-        2>>"$OUT/log.txt" | sed "s/^/$cfg $kv: /" | tee -a "$OUT/mbu_summary.txt"
+      one_batch mbu "$cfg $kv" --model-path "$E/shared/configs/$cfg.json" --kv-cache-dtype "$kv" \
+        --batch-size ${SERVE8_MBU_BATCHES:-64 128 256} --profile-steps 4
     done
   done
 }
@@ -217,10 +230,7 @@ mbu() {
 # FP8 weights (--quantization fp8) against the bf16 checkpoint: the decode step and its ops.
 # SERVE8_FP8W_MODELS / _KV / _BATCHES narrow it.
 fp8w() {
-  local copy
-  copy=$(python3 "$root/scripts/seed_experiment.py" copybw cuda 2>>"$OUT/log.txt")
-  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
-  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/fp8w_summary.txt"
+  measure_copy fp8w
   for cfg in ${SERVE8_FP8W_MODELS:-llama-3-8b llama-2-13b}; do
     # Weight-only FP8 (bf16 inputs): the same config with a compressed-tensors scheme without inputs.
     mkdir -p "/tmp/wonly_$cfg"
@@ -236,10 +246,8 @@ PY
         local model="$E/shared/configs/$cfg.json" quant="$q"
         [[ $q == w-only ]] && model="/tmp/wonly_$cfg" quant=fp8
         # shellcheck disable=SC2086  # the batch list is several arguments
-        "$B" bench-one-batch --device cuda --model-path "$model" --load-format dummy \
-          --kv-cache-dtype "$kv" --quantization "$quant" --batch-size ${SERVE8_FP8W_BATCHES:-1 64} --input-len 1024 \
-          --output-len 32 --profile-steps 4 --copy-gbps "$copy" --result-filename "$OUT/fp8w_bench_one_batch.jsonl" \
-          2>>"$OUT/log.txt" | sed "s/^/$cfg kv $kv weights $q: /" | tee -a "$OUT/fp8w_summary.txt"
+        one_batch fp8w "$cfg kv $kv weights $q" --model-path "$model" --kv-cache-dtype "$kv" --quantization "$quant" \
+          --batch-size ${SERVE8_FP8W_BATCHES:-1 64} --profile-steps 4
       done
     done
   done
@@ -248,18 +256,13 @@ PY
 # The decode step's kernels as the graph runs them (CUPTI): GEMM, attention and other ops per step.
 # SERVE8_TRACE_MODELS / _KV / _QUANT / _BATCHES narrow it.
 trace() {
-  local copy
-  copy=$(python3 "$root/scripts/seed_experiment.py" copybw cuda 2>>"$OUT/log.txt")
-  [[ "$copy" =~ ^[0-9.]+$ ]] || copy=0
-  echo "copy bandwidth ${copy} GB/s" | tee "$OUT/trace_summary.txt"
+  measure_copy trace
   for cfg in ${SERVE8_TRACE_MODELS:-llama-3-8b llama-2-13b}; do
     for kv in ${SERVE8_TRACE_KV:-auto fp8_e5m2}; do
       for q in ${SERVE8_TRACE_QUANT:-none fp8}; do
         # shellcheck disable=SC2086  # the batch list is several arguments
-        "$B" bench-one-batch --device cuda --model-path "$E/shared/configs/$cfg.json" --load-format dummy \
-          --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --input-len 1024 \
-          --output-len 32 --trace-steps 4 --copy-gbps "$copy" --result-filename "$OUT/trace_bench_one_batch.jsonl" \
-          2>>"$OUT/log.txt" | sed "s/^/$cfg kv $kv weights $q: /" | tee -a "$OUT/trace_summary.txt"
+        one_batch trace "$cfg kv $kv weights $q" --model-path "$E/shared/configs/$cfg.json" --kv-cache-dtype "$kv" \
+          --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --trace-steps 4
       done
     done
   done
