@@ -45,9 +45,9 @@ std::vector<int32_t> read_tokens(const CalibrateArgs& a, const Tokenizer* tok) {
   return ids;
 }
 
-// max |x| per KV head of a [T, Hkv, D] tensor in backend memory, folded into amax[layer * Hkv + h],
-// and its sum per channel into sum[(layer * Hkv + h) * D + c] (for the means int8/int4 rows centre on).
-// Folds heads [first, first + heads) of each row of x [T, H, D] into the layer's maxima and sums.
+// max |x| of heads [first, first + heads) of x [T, row_heads, D] (host values), folded into
+// amax[layer * heads + h], and their sums per channel into sum[(layer * heads + h) * D + c] (for the
+// means int8/int4 rows centre on).
 void fold_amax(const std::vector<float>& x, int64_t t, int64_t row_heads, int64_t first, int64_t heads, int64_t d,
                int layer, std::vector<float>& amax, std::vector<double>& sum) {
   for (int64_t i = 0; i < t; ++i)
@@ -62,6 +62,7 @@ void fold_amax(const std::vector<float>& x, int64_t t, int64_t row_heads, int64_
     }
 }
 
+// x's values on the host, fp32 (bf16 widened).
 std::vector<float> to_host_f32(Backend& be, const Tensor& x) {
   std::vector<float> f(static_cast<size_t>(x.numel()));
   if (x.dtype == DType::kF32) {
