@@ -60,6 +60,8 @@ std::string short_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
+  // "(anonymous namespace)::" first: its parenthesis would end the name before it begins.
+  for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) s.erase(at, 23);
   const size_t end = s.find_first_of("<(");
   if (end != std::string::npos) s.resize(end);
   const size_t colon = s.rfind("::");
