@@ -1,12 +1,14 @@
-// Helpers for the backend op tests: seeded random data and host tensors. The CPU backend's memory
-// is host memory, so tests wrap std::vectors directly.
+// Helpers for the backend op tests: seeded random data, host tensors and copies to and from a
+// backend's memory. The CPU backend's memory is host memory, so its tests may wrap std::vectors.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 
@@ -135,5 +137,33 @@ inline Tensor view_of(std::vector<float>& v, std::initializer_list<int64_t> dims
 inline Tensor view_of(std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
   return Tensor(v.data(), DType::kI32, dims);
 }
+
+// An array of one dtype in a backend's memory (host memory for the CPU backend), owning it.
+struct DeviceArray {
+  Buffer buf;
+  DType dtype = DType::kF32;
+  size_t n = 0;
+  Tensor view(std::initializer_list<int64_t> dims) const { return Tensor(buf.data(), dtype, dims); }
+};
+
+inline DeviceArray to_device(Backend& be, const HostArray& h) {
+  DeviceArray d{Buffer(be, h.bytes.size()), h.dtype, h.size()};
+  be.copy_to_device(d.buf.data(), h.bytes.data(), h.bytes.size());
+  return d;
+}
+
+inline DeviceArray to_device(Backend& be, const std::vector<int32_t>& v) {
+  DeviceArray d{Buffer(be, v.size() * 4), DType::kI32, v.size()};
+  be.copy_to_device(d.buf.data(), v.data(), v.size() * 4);
+  return d;
+}
+
+inline HostArray to_host(Backend& be, const void* data, DType t, size_t n) {
+  HostArray h(t, n);
+  be.copy_to_host(h.bytes.data(), data, h.bytes.size());
+  return h;
+}
+
+inline HostArray to_host(Backend& be, const DeviceArray& d) { return to_host(be, d.buf.data(), d.dtype, d.n); }
 
 }  // namespace serve8::test

@@ -14,6 +14,7 @@
 
 #include "attention_scenario.h"
 #include "backend/backend.h"
+#include "backend/rope_kv_store_check.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 

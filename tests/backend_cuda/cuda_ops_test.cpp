@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "backend/backend.h"
+#include "backend/rope_kv_store_check.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 
