@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "backend/cuda/shared_library.h"
 #include "core/error.h"
@@ -61,7 +62,8 @@ std::string short_name(const char* mangled) {
   std::string s = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
   // "(anonymous namespace)::" first: its parenthesis would end the name before it begins.
-  for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) s.erase(at, 23);
+  constexpr std::string_view kAnonymous = "(anonymous namespace)::";
+  for (size_t at; (at = s.find(kAnonymous)) != std::string::npos;) s.erase(at, kAnonymous.size());
   const size_t end = s.find_first_of("<(");
   if (end != std::string::npos) s.resize(end);
   const size_t colon = s.rfind("::");

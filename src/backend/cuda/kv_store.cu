@@ -131,10 +131,9 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   }
   const bool is_k = head >= hq;
   const int h = is_k ? head - hq : head;
-  const TIn* src = is_k ? static_cast<const TIn*>(r.k) + t * r.k_stride + int64_t{h} * d
-                        : static_cast<const TIn*>(r.q) + t * r.q_stride + int64_t{h} * d;
   TIn* row = is_k ? static_cast<TIn*>(r.k) + t * r.k_stride + int64_t{h} * d
                   : static_cast<TIn*>(r.q_out) + (int64_t{t} * hq + h) * d;
+  const TIn* src = is_k ? row : static_cast<const TIn*>(r.q) + t * r.q_stride + int64_t{h} * d;
   float x1[8], x2[8];
   A::load8(src + c, x1);
   A::load8(src + c + half, x2);
