@@ -52,6 +52,7 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   if (threadIdx.x == 0) p.scale[row] = fp8_row_scale(amax);
 }
 
+// One element a thread: rows of any width and alignment.
 __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
   const int64_t n = p.rows * p.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -68,6 +69,32 @@ __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
       uint16_t* o = static_cast<uint16_t*>(p.out) + i;
       *o = float_to_bf16_bits(bf16_bits_to_float(*o) * s + b);
     }
+  }
+}
+
+// The same arithmetic, 8 columns a thread and a row a grid row (blockIdx.y): the element loop's
+// 64-bit division and one-element accesses had made a 64-row decode step's 128 calls take ~5 us
+// each. Rows, scales and bias 16-byte aligned, cols a multiple of 8.
+template <typename T>
+__global__ void fp8_scale_vec_kernel(const Fp8ScaleParams p) {
+  const int64_t r = blockIdx.y;
+  const float xs = p.x_scale[r];
+  T* row = static_cast<T*>(p.out) + r * p.cols;
+  for (int64_t c = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) * 8; c < p.cols;
+       c += int64_t{gridDim.x} * blockDim.x * 8) {
+    float o[8], w[8], b[8] = {};
+    Act<T>::load8(row + c, o);
+    Act<float>::load8(p.w_scale + c, w);
+    if (p.bias) {
+      if (p.bias_f32) {
+        Act<float>::load8(static_cast<const float*>(p.bias) + c, b);
+      } else {
+        Act<uint16_t>::load8(static_cast<const uint16_t*>(p.bias) + c, b);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[j] = o[j] * (xs * w[j]) + b[j];
+    Act<T>::store8(row + c, o);
   }
 }
 
@@ -113,6 +140,18 @@ void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
 void launch_fp8_scale(const Fp8ScaleParams& p, cudaStream_t stream) {
   const int64_t n = p.rows * p.cols;
   if (n == 0) return;
+  if (p.cols % 8 == 0 && p.rows <= 65535 && aligned16(p.out) && aligned16(p.w_scale) &&
+      (!p.bias || aligned16(p.bias))) {
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((p.cols / 8 + 255) / 256, 65535)),
+                    static_cast<unsigned>(p.rows));
+    if (p.out_f32) {
+      fp8_scale_vec_kernel<float><<<grid, 256, 0, stream>>>(p);
+    } else {
+      fp8_scale_vec_kernel<uint16_t><<<grid, 256, 0, stream>>>(p);
+    }
+    SERVE8_CUDA_CHECK_LAUNCH("fp8_scale_vec_kernel");
+    return;
+  }
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 8);
   fp8_scale_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p);
   SERVE8_CUDA_CHECK_LAUNCH("fp8_scale_kernel");
