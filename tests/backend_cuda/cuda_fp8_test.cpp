@@ -203,9 +203,8 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
 }
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
-  // 48 output channels take the scale kernel's 8-wide path after cuBLASLt, 44 its element loop.
-  const int64_t k = 64;
-  for (const auto& [m, n] : {std::pair<int64_t, int64_t>{1, 48}, {5, 48}, {17, 48}, {17, 44}}) {
+  const int64_t n = 48, k = 64;
+  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{17}}) {  // the skinny kernel, then cuBLASLt
     HostArray xq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(m * k), 50.0f));
     HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
     HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));
@@ -222,7 +221,7 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
                    out.view(DType::kBF16, {m, n}));
     EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, static_cast<size_t>(m * n)).values(), ref.values()),
               4e-3)
-        << "M=" << m << " N=" << n;
+        << "M=" << m;
     // K not a multiple of 16 is refused by name, not left to a kernel.
     EXPECT_THROW(gpu_->gemm_fp8(dxq.view({m, 8}), dxs.view({m}), dwq.view({n, 8}), dws.view({n}), nullptr,
                                 out.view(DType::kBF16, {m, n})),

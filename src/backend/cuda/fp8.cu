@@ -52,7 +52,8 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   if (threadIdx.x == 0) p.scale[row] = fp8_row_scale(amax);
 }
 
-// One element a thread: rows of any width and alignment.
+// One element a thread, for outputs, scales or bias not 16-byte aligned (cuBLASLt takes e4m3 only
+// with N a multiple of 16, so the columns always come in eights).
 __global__ void fp8_scale_kernel(const Fp8ScaleParams p) {
   const int64_t n = p.rows * p.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
