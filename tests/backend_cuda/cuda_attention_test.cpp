@@ -85,7 +85,7 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         ASSERT_EQ(0, std::memcmp(bytes.data(), c->data, bytes.size())) << "pool bytes differ";
       }
     } else {
-      // Rows (codes and parameters) that differ: near ties of the 121-trim search only.
+      // Rows (codes and parameters) that differ: near ties of the trim search only.
       const int64_t row_bytes = d / 2, rows = static_cast<int64_t>(cl.k.nbytes()) / row_bytes;
       std::vector<uint8_t> gr(cl.row_params.nbytes());
       gpu_->copy_to_host(gr.data(), gl.row_params.data, gr.size());

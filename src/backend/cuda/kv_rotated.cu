@@ -15,7 +15,7 @@ constexpr int kWarpsPerBlock = 8;
 // rintf(t) for |t| <= 2^22 (ties to even; inf and NaN pass through): past 1.5 * 2^23 floats are
 // whole, so the add rounds. Beyond 2^22 it may be off by a fraction, which quant_int4's clamp
 // hides. Two adds instead of rintf's FRND, which issues at a lower rate than adds, where the trim
-// search rounds 121 x 128 values a row.
+// search rounds 30 x 128 values a row.
 __device__ __forceinline__ float rint_small(float t) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: even, so t + kMagic keeps t's parity
   return __fsub_rn(__fadd_rn(t, kMagic), kMagic);
@@ -26,10 +26,11 @@ __device__ __forceinline__ float quant_int4(float x, float lo, float inv) {
   return fminf(fmaxf(rint_small(__fmul_rn(__fsub_rn(x, lo), inv)), 0.0f), 15.0f);
 }
 
-// int4 candidate trim (a, b) = (trim / 11, trim % 11) of a row's range [lo, lo + range]: its
-// minimum l and step s, rounded as cpu_attention.cpp's fit_int4_row computes them.
+// int4 candidate trim (a, b) = int4_trim(trim) (kv_layout.h) of a row's range [lo, lo + range]:
+// its minimum l and step s, rounded as cpu_attention.cpp's fit_int4_row computes them.
 __device__ __forceinline__ void int4_candidate(float lo, float range, int trim, float& l, float& s) {
-  const int a = trim / 11, b = trim % 11;
+  int a = 0, b = 0;
+  int4_trim(trim, a, b);
   l = __fadd_rn(lo, __fmul_rn(__fmul_rn(0.02f, static_cast<float>(a)), range));
   s = __fdiv_rn(__fmul_rn(__fsub_rn(1.0f, __fmul_rn(0.02f, static_cast<float>(a + b))), range), 15.0f);
 }
@@ -84,10 +85,10 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     }
     if (lane == 0) static_cast<__half*>(p.row_params)[record] = s16;
   } else {
-    // 16 codes from min to min + 15 scale; of 11 x 11 trims of each end (up to a fifth of the
-    // range) the one with the least squared error (cpu_attention.cpp's fit_int4_row). Each lane
-    // scores trims lane, lane + 32, ... over the whole row, read back from shared memory: one
-    // warp scoring each trim in turn spent its time on 121 divisions and 121 warp sums.
+    // 16 codes from min to min + 15 scale; of kv_layout.h's 30 trims of its ends the one with the
+    // least squared error (cpu_attention.cpp's fit_int4_row). Each lane scores trim lane over the
+    // whole row, read back from shared memory: one warp scoring each trim in turn spent its time
+    // on a division and a warp sum a trim.
     __shared__ float rows[kWarpsPerBlock][kD];
     float* xs = rows[threadIdx.x / 32];
 #pragma unroll
@@ -101,7 +102,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     const float range = hi - lo;
     float best_s = 0.0f, best_l = lo;
     if (range > 0.0f) {
-      constexpr int kTrims = 121, kPerLane = (kTrims + 31) / 32;
+      constexpr int kTrims = kInt4Trims, kPerLane = (kTrims + 31) / 32;
       float l[kPerLane], sc[kPerLane], inv[kPerLane], off[kPerLane], err[kPerLane];
 #pragma unroll
       for (int t = 0; t < kPerLane; ++t) {
