@@ -126,7 +126,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
       for (int t = 0; t < kPerLane; ++t) err[t] *= sc[t] * sc[t];
       // The least error, the lowest trim on a tie (the CPU's first minimum in its loop order).
       float best_err = err[0];
-      int best = lane;
+      int best = min(lane, kTrims - 1);  // lanes past the last trim scored it again
 #pragma unroll
       for (int t = 1; t < kPerLane; ++t)
         if (lane + 32 * t < kTrims && err[t] < best_err) best_err = err[t], best = lane + 32 * t;
