@@ -86,7 +86,7 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     if (lane == 0) static_cast<__half*>(p.row_params)[record] = s16;
   } else {
     // 16 codes from min to min + 15 scale; of kv_layout.h's 30 trims of its ends the one with the
-    // least squared error (cpu_attention.cpp's fit_int4_row). Each lane scores trim lane over the
+    // least squared error (cpu_attention.cpp's fit_int4_row). Each lane scores one trim over the
     // whole row, read back from shared memory: one warp scoring each trim in turn spent its time
     // on a division and a warp sum a trim.
     __shared__ float rows[kWarpsPerBlock][kD];
@@ -102,34 +102,23 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     const float range = hi - lo;
     float best_s = 0.0f, best_l = lo;
     if (range > 0.0f) {
-      constexpr int kTrims = kInt4Trims, kPerLane = (kTrims + 31) / 32;
-      float l[kPerLane], sc[kPerLane], inv[kPerLane], off[kPerLane], err[kPerLane];
-#pragma unroll
-      for (int t = 0; t < kPerLane; ++t) {
-        int4_candidate(lo, range, min(lane + 32 * t, kTrims - 1), l[t], sc[t]);
-        inv[t] = __frcp_rn(sc[t]);
-        off[t] = -l[t] * inv[t];
-        err[t] = 0.0f;
-      }
+      static_assert(kInt4Trims <= 32, "one trim a lane");
+      // Lanes past the last trim score it again.
+      const int trim = min(lane, kInt4Trims - 1);
+      float l = 0.0f, sc = 0.0f;
+      int4_candidate(lo, range, trim, l, sc);
+      const float inv = __frcp_rn(sc), off = -l * inv;
       // The error in steps: with u = (v - l) / s, code q - u is e / s, so a value costs 7
-      // instructions a trim instead of 9 (clamping u before rounding gives the clamped code).
+      // instructions instead of 9 (clamping u before rounding gives the clamped code).
+      float err = 0.0f;
       for (int j = 0; j < kD; ++j) {
-        const float v = xs[j];  // the same address in every lane: a broadcast
-#pragma unroll
-        for (int t = 0; t < kPerLane; ++t) {
-          const float u = fmaf(v, inv[t], off[t]);
-          const float d = rint_small(fminf(fmaxf(u, 0.0f), 15.0f)) - u;
-          err[t] = fmaf(d, d, err[t]);
-        }
+        const float u = fmaf(xs[j], inv, off);  // xs[j]: the same address in every lane, a broadcast
+        const float d = rint_small(fminf(fmaxf(u, 0.0f), 15.0f)) - u;
+        err = fmaf(d, d, err);
       }
-#pragma unroll
-      for (int t = 0; t < kPerLane; ++t) err[t] *= sc[t] * sc[t];
       // The least error, the lowest trim on a tie (the CPU's first minimum in its loop order).
-      float best_err = err[0];
-      int best = min(lane, kTrims - 1);  // lanes past the last trim scored it again
-#pragma unroll
-      for (int t = 1; t < kPerLane; ++t)
-        if (lane + 32 * t < kTrims && err[t] < best_err) best_err = err[t], best = lane + 32 * t;
+      float best_err = err * (sc * sc);
+      int best = trim;
 #pragma unroll
       for (int m = 16; m >= 1; m >>= 1) {
         const float oe = __shfl_xor_sync(0xffffffffu, best_err, m);
