@@ -115,7 +115,7 @@ void run() {
     std::printf("%-34s %10.3f %12.1f\n", label, ms, 2.0 * m * n * k / ms / 1e9);
   }
 
-  // Sampling a Llama-3 vocabulary: greedy, and temperature with top_p (a full sort per row).
+  // Sampling a Llama-3 vocabulary: greedy, and temperature with top_p (the sort-free selection).
   std::printf("\n%-34s %10s\n", "sample (V=128256, includes the sync)", "ms");
   for (const int b : {1, 64}) {
     for (const bool greedy : {true, false}) {

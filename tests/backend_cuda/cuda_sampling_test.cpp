@@ -108,6 +108,37 @@ TEST_F(CudaBackendTest, SamplingAcrossSlicesMatchesCpu) {
   }
 }
 
+// Equal logits share e: the cut and the draw land inside runs of ties, which the sampler counts
+// in id order across slices (a row of 13 repeating values, and a flat row).
+TEST_F(CudaBackendTest, SamplingTiedRowsMatchCpu) {
+  const int64_t v = 50000;
+  std::vector<SamplingRow> rows;
+  std::vector<float> logits;
+  const float filters[][4] = {{1.0f, 1.0f, -1, 0.0f},
+                              {0.7f, 0.9f, -1, 0.0f},
+                              {0.7f, 1.0f, 5000, 0.0f},
+                              {1.0f, 0.3f, 40, 0.0f},
+                              {0.9f, 1.0f, -1, 0.5f}};
+  for (int pattern = 0; pattern < 2; ++pattern) {
+    for (const auto& f : filters) {
+      for (uint64_t step = 0; step < 4; ++step) {
+        SamplingRow r;
+        r.temperature = f[0];
+        r.top_p = f[1];
+        r.top_k = static_cast<int>(f[2]);
+        r.min_p = f[3];
+        r.seed = 5;
+        r.step = step;
+        rows.push_back(r);
+        for (int64_t i = 0; i < v; ++i)
+          logits.push_back(pattern == 0 ? static_cast<float>((i * 7919) % 13) * 0.25f : 1.5f);
+      }
+    }
+  }
+  const std::vector<int32_t> want = run(*cpu_, logits, rows, false);
+  EXPECT_EQ(run(*gpu_, logits, rows, true), want);
+}
+
 TEST_F(CudaBackendTest, SamplingIsAPureFunctionOfSeedAndStep) {
   const int64_t v = 32000;
   std::vector<float> logits = rng_.normals(static_cast<size_t>(v), 1.0f);
@@ -158,7 +189,8 @@ TEST_F(CudaBackendTest, GrammarMasksMatchCpu) {
   std::vector<float> logits = rng_.normals(static_cast<size_t>(b * v), 4.0f);
   const std::vector<int32_t> rows = {3, 1};
   std::vector<int32_t> allowed(rows.size() * static_cast<size_t>(words));
-  for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = static_cast<int32_t>(0x9e3779b9u * static_cast<uint32_t>(i + 1));
+  for (size_t i = 0; i < allowed.size(); ++i)
+    allowed[i] = static_cast<int32_t>(0x9e3779b9u * static_cast<uint32_t>(i + 1));
   std::vector<float> ref = logits;
   cpu_->mask_logits(test::view_of(ref, {b, v}), rows, allowed);
   Buffer d(*gpu_, logits.size() * 4);

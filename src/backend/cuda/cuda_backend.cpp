@@ -13,6 +13,7 @@
 #include "backend/cuda/nccl_communicator.h"
 #endif
 #include "backend/cuda/op_checks.h"
+#include "backend/cuda/sample_select.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -496,7 +497,8 @@ void CudaBackend::sample(const Tensor& logits, const std::vector<SamplingRow>& r
   SERVE8_CHECK(static_cast<int64_t>(rows.size()) == b, "{}: {} sampling rows for {} rows of logits", op, rows.size(),
                b);
   SERVE8_CHECK(out_ids != nullptr || b == 0, "{}: out_ids is null", op);
-  SERVE8_CHECK(vocab <= INT32_MAX / 2, "{}: vocabulary of {} is too large", op, vocab);
+  SERVE8_CHECK(vocab <= kSelectMaxVocab, "{}: a vocabulary of {} tokens is more than the CUDA sampler's {}", op, vocab,
+               kSelectMaxVocab);
   for (size_t i = 0; i < rows.size(); ++i) {
     const SamplingRow& r = rows[i];
     SERVE8_CHECK(r.temperature >= 0.0f && std::isfinite(r.temperature) && !std::isnan(r.top_p) && !std::isnan(r.min_p),

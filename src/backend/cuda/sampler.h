@@ -1,16 +1,13 @@
 // Token sampling on the GPU, the procedure of backend/cpu/cpu_sampling.cpp (the contract every
-// serve8 sampler implements):
-//  1. blocks over slices of each row find, from the fp32 logits, the greedy answer (argmax,
-//     lowest id on ties, NaN skipped) and max z with z = logit / T; for temperature > 0 a second
-//     pass computes e_i = expf(z_i - max z) (e = 1 at the maximum, 0 for NaN), their total and
-//     the candidates (e > 0, e >= min_p). A row's last block combines the slices in order, so
-//     the total is the same whatever the batch;
-//  2. cub's segmented radix sort orders each sampled row's candidates by e descending; it is
-//     stable over ids in order, so ties keep the lower id first;
-//  3. one block per sampled row cuts top_k, then top_p (the first n with cumulative e >=
-//     top_p * total), and draws the first token whose cumulative e exceeds u * kept, with
-//     u = sampling_uniform(seed, step). Sums are in double, as on the CPU.
-// Rows are sorted in chunks so that the scratch stays near 128 MiB whatever the vocabulary.
+// serve8 sampler implements), without sorting the vocabulary. Blocks over slices of each row:
+//  1. find the greedy answer (argmax, lowest id on ties, NaN skipped) and max z, z = logit / T;
+//  2. for temperature > 0, compute e_i = expf(z_i - max z) (1 at the maximum, 0 for NaN), the
+//     total, the candidates (e > 0, e >= min_p) and the first level of their histogram;
+//  3. find, level by level (sample_select.h), the position top_k and top_p cut the sorted
+//     candidates at, then the position u * kept falls at, u = sampling_uniform(seed, step);
+//  4. where that position's e is shared by several tokens, the one its rank names in id order.
+// A row's last block to finish a pass reads the row's histogram and moves its selection on, so
+// the answer is the same whatever the batch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +17,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/sample_select.h"
 
 namespace serve8 {
 
@@ -30,33 +28,33 @@ struct SampleRowParams {
   float min_p = 0.0f;
   float u = 0.0f;
   int top_k = -1;
-  int segment = -1;  // index among the chunk's sampled rows, -1 for greedy rows
+  int segment = -1;  // index among the sampled rows (their histograms), -1 for greedy rows
 };
 
 // State of one row between the kernels.
 struct SampleRowState {
-  double total = 0.0;  // sum of every e_i
   float max_z = 0.0f;  // max logit / T, and its first id
   int max_z_id = -1;
-  int num_candidates = 0;
   int decided = 0;
+  unsigned long long cand_mass = 0;  // the candidates' e, in sample_select.h's fixed point
+  SelectState sel;
 };
 
 struct SampleParams {
   const float* logits = nullptr;  // [B, V]
   const SampleRowParams* rows = nullptr;
   SampleRowState* state = nullptr;
-  const int32_t* segment_rows = nullptr;  // row of each segment
-  float* keys = nullptr;                  // [segments, V] e_i of candidates, 0 otherwise
-  int32_t* ids = nullptr;                 // [segments, V]
-  const float* sorted_keys = nullptr;
-  const int32_t* sorted_ids = nullptr;
   int32_t* out = nullptr;  // [B]
   void* parts = nullptr;   // [B, splits] each block's partial results
   int* done = nullptr;     // [B] blocks finished, zero between kernels
+  // Per sampled row, zero between kernels (min_id all ones): [2][kSelectBins] counts and masses
+  // (the first level's, kept until the draw has read it, then the deeper level being built) and
+  // [kSelectBins] lowest ids of the last level.
+  unsigned* hist_count = nullptr;
+  unsigned long long* hist_mass = nullptr;
+  unsigned* hist_min_id = nullptr;
   int64_t vocab = 0;
   int64_t split_len = 0;  // logits a block scans: a multiple of 4
-  int row_begin = 0;      // first row of the chunk
 };
 
 class CudaSampler {
@@ -74,15 +72,14 @@ class CudaSampler {
   void mask(float* logits, int64_t vocab, std::span<const int32_t> rows, std::span<const int32_t> allowed);
 
  private:
-  void reserve(void*& ptr, size_t& have, size_t want);
+  // True when it allocated (the contents are new).
+  bool reserve(void*& ptr, size_t& have, size_t want);
 
   cudaStream_t stream_;
-  void* rows_ = nullptr;  // SampleRowParams, then SampleRowState, then segment rows, then out
+  void* rows_ = nullptr;  // SampleRowParams, then SampleRowState, then out
   size_t rows_bytes_ = 0;
-  void* sort_ = nullptr;  // keys, ids, sorted keys, sorted ids, offsets
-  size_t sort_bytes_ = 0;
-  void* temp_ = nullptr;  // cub's temporary storage
-  size_t temp_bytes_ = 0;
+  void* hist_ = nullptr;  // SampleParams::hist_count, hist_mass, hist_min_id
+  size_t hist_bytes_ = 0;
   void* parts_ = nullptr;  // SampleParams::parts
   size_t parts_bytes_ = 0;
   void* done_ = nullptr;  // SampleParams::done
