@@ -12,6 +12,8 @@ namespace serve8 {
 namespace {
 
 constexpr int kThreads = 512;
+// The sampled rows' e kept for the passes after the first: at most this many bytes at once.
+constexpr int64_t kKeysBytes = int64_t{32} << 20;
 static_assert(kSelectBins == 2 * kThreads, "a row's last block scans two bins a thread");
 
 // The best (value, id) so far: larger value, then lower id; id < 0 is "none".
@@ -122,7 +124,7 @@ __device__ __forceinline__ bool is_candidate(float e, float min_p) { return e > 
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) sample_max_kernel(const SampleParams p) {
   __shared__ Best scratch[32];
-  const int row = static_cast<int>(blockIdx.y);
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
   const SampleRowParams rp = p.rows[row];
   const bool greedy = rp.temperature == 0.0f;
   Best best{0.0f, -1}, zbest{0.0f, -1};
@@ -276,18 +278,22 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     BlockReduceI::TempStorage i;
   } temp;
   __shared__ FinishScratch f;
-  const int row = static_cast<int>(blockIdx.y);
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
   const SampleRowParams rp = p.rows[row];
   if (rp.temperature == 0.0f || p.state[row].decided) return;  // the same for every block of the row
   const float max_z = p.state[row].max_z;
   clear_hist(h);
   unsigned long long total = 0, cand_mass = 0;
   int count = 0;
-  for_slice<kVec>(p, p.logits + int64_t{row} * p.vocab, [&](float v, int64_t) {
+  const int segment = rp.segment - p.segment_begin;
+  float* keys = p.keys + int64_t{segment} * p.vocab;
+  for_slice<kVec>(p, p.logits + int64_t{row} * p.vocab, [&](float v, int64_t i) {
     const float e = weight_of(v, rp.temperature, max_z);
     const unsigned long long mass = select_mass(e);
     total += mass;
-    if (!is_candidate(e, rp.min_p)) return;
+    const bool cand = is_candidate(e, rp.min_p);
+    keys[i] = cand ? e : 0.0f;
+    if (!cand) return;
     ++count;
     cand_mass += mass;
     const uint32_t d = select_digit(select_key(e), 0);
@@ -299,7 +305,7 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
   cand_mass = BlockReduceU(temp.u).Sum(cand_mass);
   __syncthreads();
   count = BlockReduceI(temp.i).Sum(count);
-  flush_hist(h, row_hist(p, rp.segment, 0), false);
+  flush_hist(h, row_hist(p, segment, 0), false);
   Part* parts = static_cast<Part*>(p.parts) + int64_t{row} * gridDim.x;
   if (threadIdx.x == 0) {
     parts[blockIdx.x].total = total;
@@ -321,7 +327,7 @@ __global__ void __launch_bounds__(kThreads) sample_weights_kernel(const SamplePa
     if (count > 0) select_begin(f.st, count, total, cand_mass, rp.top_k, rp.top_p, rp.u);
   }
   __syncthreads();
-  finish_row(p, row, rp.segment, f);
+  finish_row(p, row, segment, f);
 }
 
 // Step 3, grid (slices, rows), launched once a level for the cut and once a level for the draw:
@@ -330,19 +336,18 @@ template <bool kVec>
 __global__ void __launch_bounds__(kThreads) sample_select_kernel(const SampleParams p) {
   __shared__ BlockHist h;
   __shared__ FinishScratch f;
-  const int row = static_cast<int>(blockIdx.y);
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
   const SampleRowParams rp = p.rows[row];
   if (rp.temperature == 0.0f || p.state[row].decided) return;
   const int phase = p.state[row].sel.phase;
   if (phase != kSelectCut && phase != kSelectDraw) return;
   const int level = p.state[row].sel.level;
   const uint32_t prefix = p.state[row].sel.prefix;
-  const float max_z = p.state[row].max_z;
+  const int segment = rp.segment - p.segment_begin;
   const bool last_level = level == kSelectLevels - 1;
   clear_hist(h);
-  for_slice<kVec>(p, p.logits + int64_t{row} * p.vocab, [&](float v, int64_t i) {
-    const float e = weight_of(v, rp.temperature, max_z);
-    if (!is_candidate(e, rp.min_p)) return;
+  for_slice<kVec>(p, p.keys + int64_t{segment} * p.vocab, [&](float e, int64_t i) {
+    if (!(e > 0.0f)) return;
     const uint32_t key = select_key(e);
     if (!select_in(key, level, prefix)) return;
     const uint32_t d = select_digit(key, level);
@@ -350,11 +355,11 @@ __global__ void __launch_bounds__(kThreads) sample_select_kernel(const SamplePar
     atomicAdd(&h.mass[d], select_mass(e));
     if (last_level) atomicMin(&h.min_id[d], static_cast<unsigned>(i));
   });
-  flush_hist(h, row_hist(p, rp.segment, 1), last_level);
+  flush_hist(h, row_hist(p, segment, 1), last_level);
   if (!last_of_row(p, row)) return;
   if (threadIdx.x == 0) f.st = p.state[row].sel;
   __syncthreads();
-  finish_row(p, row, rp.segment, f);
+  finish_row(p, row, segment, f);
 }
 
 // Step 4, grid (slices, rows): the drawn key is shared; the tie_rank-th token with it, in id order.
@@ -366,18 +371,14 @@ __global__ void __launch_bounds__(kThreads) sample_ties_kernel(const SampleParam
   } temp;
   __shared__ int s_slice;
   __shared__ long long s_rank;
-  const int row = static_cast<int>(blockIdx.y);
+  const int row = p.row_begin + static_cast<int>(blockIdx.y);
   const SampleRowParams rp = p.rows[row];
   if (rp.temperature == 0.0f || p.state[row].decided || p.state[row].sel.phase != kSelectTies) return;
   const uint32_t key = p.state[row].sel.prefix;
-  const float max_z = p.state[row].max_z;
-  const float* logits = p.logits + int64_t{row} * p.vocab;
-  const auto tied = [&](float v) {
-    const float e = weight_of(v, rp.temperature, max_z);
-    return is_candidate(e, rp.min_p) && select_key(e) == key;
-  };
+  const float* keys = p.keys + int64_t{rp.segment - p.segment_begin} * p.vocab;
+  const auto tied = [&](float e) { return e > 0.0f && select_key(e) == key; };
   int n = 0;
-  for_slice<kVec>(p, logits, [&](float v, int64_t) { n += tied(v); });
+  for_slice<kVec>(p, keys, [&](float e, int64_t) { n += tied(e); });
   n = BlockReduceI(temp.reduce).Sum(n);
   Part* parts = static_cast<Part*>(p.parts) + int64_t{row} * gridDim.x;
   if (threadIdx.x == 0) parts[blockIdx.x].count = n;
@@ -404,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) sample_ties_kernel(const SampleParam
   long long need = s_rank;
   for (int64_t base = begin; base < end && need > 0; base += kThreads) {
     const int64_t i = base + threadIdx.x;
-    const int flag = i < end && tied(logits[i]);
+    const int flag = i < end && tied(keys[i]);
     int before = 0, chunk = 0;
     BlockScanI(temp.scan).ExclusiveSum(flag, before, chunk);
     if (flag && before + 1 == need) decide(p, row, static_cast<int>(i));
@@ -435,6 +436,7 @@ CudaSampler::~CudaSampler() {
   if (edits_) cudaFree(edits_);
   if (masks_) cudaFree(masks_);
   if (rows_) cudaFree(rows_);
+  if (keys_) cudaFree(keys_);
   if (hist_) cudaFree(hist_);
   if (parts_) cudaFree(parts_);
   if (done_) cudaFree(done_);
@@ -488,7 +490,15 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
                          int32_t* out_ids) {
   if (num_rows == 0) return;
   const int b = static_cast<int>(num_rows);
+  const int max_segments = static_cast<int>(std::max<int64_t>(1, kKeysBytes / (vocab * 4)));
+
+  // Host side: per-row parameters, and chunks of rows holding at most max_segments sampled rows.
   std::vector<SampleRowParams> params(static_cast<size_t>(b));
+  struct Chunk {
+    int row_begin, num_rows, segment_begin, num_segments;
+  };
+  std::vector<Chunk> chunks;
+  Chunk cur{0, 0, 0, 0};
   int segments = 0;
   for (int r = 0; r < b; ++r) {
     const SamplingRow& s = rows[static_cast<size_t>(r)];
@@ -498,8 +508,17 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     q.min_p = s.min_p;
     q.top_k = s.top_k;
     q.u = sampling_uniform(s.seed, s.step);
-    if (s.temperature != 0.0f) q.segment = segments++;
+    if (s.temperature != 0.0f) {
+      if (cur.num_segments == max_segments) {
+        chunks.push_back(cur);
+        cur = Chunk{r, 0, segments, 0};
+      }
+      q.segment = segments++;
+      ++cur.num_segments;
+    }
+    ++cur.num_rows;
   }
+  chunks.push_back(cur);
 
   const size_t params_bytes = align_up(sizeof(SampleRowParams) * b);
   const size_t state_bytes = align_up(sizeof(SampleRowState) * b);
@@ -514,8 +533,11 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
   p.vocab = vocab;
   SERVE8_CUDA_CHECK(cudaMemcpyAsync(base, params.data(), sizeof(SampleRowParams) * b, cudaMemcpyHostToDevice, stream_));
   if (segments > 0) {
+    const int segs = std::min(max_segments, segments);
+    reserve(keys_, keys_bytes_, static_cast<size_t>(segs) * static_cast<size_t>(vocab) * 4);
+    p.keys = static_cast<float*>(keys_);
     // Zero between kernels: cleared here when new, and by each pass's last block after reading.
-    const size_t bins = static_cast<size_t>(segments) * kSelectBins;
+    const size_t bins = static_cast<size_t>(segs) * kSelectBins;
     const size_t count_bytes = align_up(bins * 2 * sizeof(unsigned)), mass_bytes = align_up(bins * 2 * 8);
     if (reserve(hist_, hist_bytes_, count_bytes + mass_bytes + align_up(bins * sizeof(unsigned)))) {
       SERVE8_CUDA_CHECK(cudaMemsetAsync(hist_, 0, count_bytes + mass_bytes, stream_));
@@ -527,7 +549,7 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     p.hist_min_id = reinterpret_cast<unsigned*>(static_cast<char*>(hist_) + count_bytes + mass_bytes);
   }
 
-  // Slices of about 4,096 logits, at most 64 a row, their count a function of the vocabulary only.
+  // Slices of about 4,096 logits, at most 64 a row.
   const int64_t want_splits = std::clamp<int64_t>((vocab + 4095) / 4096, 1, 64);
   p.split_len = ((vocab + want_splits - 1) / want_splits + 3) / 4 * 4;
   const auto splits = static_cast<unsigned>((vocab + p.split_len - 1) / p.split_len);
@@ -537,10 +559,14 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     SERVE8_CUDA_CHECK(cudaMemsetAsync(done_, 0, done_bytes_, stream_));
   p.done = static_cast<int*>(done_);
   const bool vec = vocab % 4 == 0 && aligned16(logits);
-  const dim3 grid(splits, static_cast<unsigned>(b));
-  (vec ? sample_max_kernel<true> : sample_max_kernel<false>)<<<grid, kThreads, 0, stream_>>>(p);
-  SERVE8_CUDA_CHECK_LAUNCH("sample_max_kernel");
-  if (segments > 0) {
+  for (const Chunk& c : chunks) {
+    if (c.num_rows == 0) continue;
+    p.row_begin = c.row_begin;
+    p.segment_begin = c.segment_begin;
+    const dim3 grid(splits, static_cast<unsigned>(c.num_rows));
+    (vec ? sample_max_kernel<true> : sample_max_kernel<false>)<<<grid, kThreads, 0, stream_>>>(p);
+    SERVE8_CUDA_CHECK_LAUNCH("sample_max_kernel");
+    if (c.num_segments == 0) continue;
     (vec ? sample_weights_kernel<true> : sample_weights_kernel<false>)<<<grid, kThreads, 0, stream_>>>(p);
     SERVE8_CUDA_CHECK_LAUNCH("sample_weights_kernel");
     // The cut's deeper levels, then the draw's (a row without a cut is done two passes early).

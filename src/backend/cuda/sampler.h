@@ -7,7 +7,8 @@
 //     candidates at, then the position u * kept falls at, u = sampling_uniform(seed, step);
 //  4. where that position's e is shared by several tokens, the one its rank names in id order.
 // A row's last block to finish a pass reads the row's histogram and moves its selection on, so
-// the answer is the same whatever the batch.
+// the answer is the same whatever the batch. Step 2 keeps e of the candidates for the later
+// passes; rows are sampled in chunks whose e fit 32 MiB.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,6 +48,7 @@ struct SampleParams {
   int32_t* out = nullptr;  // [B]
   void* parts = nullptr;   // [B, splits] each block's partial results
   int* done = nullptr;     // [B] blocks finished, zero between kernels
+  float* keys = nullptr;   // [segments of the chunk, V] e_i of candidates, 0 otherwise
   // Per sampled row, zero between kernels (min_id all ones): [2][kSelectBins] counts and masses
   // (the first level's, kept until the draw has read it, then the deeper level being built) and
   // [kSelectBins] lowest ids of the last level.
@@ -55,6 +57,8 @@ struct SampleParams {
   unsigned* hist_min_id = nullptr;
   int64_t vocab = 0;
   int64_t split_len = 0;  // logits a block scans: a multiple of 4
+  int row_begin = 0;      // the chunk's first row and first sampled row
+  int segment_begin = 0;
 };
 
 class CudaSampler {
@@ -78,6 +82,8 @@ class CudaSampler {
   cudaStream_t stream_;
   void* rows_ = nullptr;  // SampleRowParams, then SampleRowState, then out
   size_t rows_bytes_ = 0;
+  void* keys_ = nullptr;  // SampleParams::keys
+  size_t keys_bytes_ = 0;
   void* hist_ = nullptr;  // SampleParams::hist_count, hist_mass, hist_min_id
   size_t hist_bytes_ = 0;
   void* parts_ = nullptr;  // SampleParams::parts
