@@ -418,6 +418,12 @@ size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
+CudaSampler::CudaSampler(cudaStream_t stream) : stream_(stream) {
+  int device = 0;
+  SERVE8_CUDA_CHECK(cudaGetDevice(&device));
+  SERVE8_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device));
+}
+
 CudaSampler::~CudaSampler() {
   if (edits_) cudaFree(edits_);
   if (masks_) cudaFree(masks_);
@@ -505,11 +511,11 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     p.hist_min_id = reinterpret_cast<unsigned*>(static_cast<char*>(hist_) + count_bytes + mass_bytes);
   }
 
-  // Slices of about 4,096 logits, at most 64 a row.
-  const int64_t want_splits = std::clamp<int64_t>((vocab + 4095) / 4096, 1, 64);
-  p.split_len = ((vocab + want_splits - 1) / want_splits + 3) / 4 * 4;
-  const auto splits = static_cast<unsigned>((vocab + p.split_len - 1) / p.split_len);
-  reserve(parts_, parts_bytes_, sizeof(Part) * splits * static_cast<size_t>(b));
+  // Slices of at least 4,096 logits, at most 64 a row, and about four blocks an SM in all: a
+  // block's fixed cost (its histogram) is worth a longer slice when many rows share the grid.
+  // Every sum is an integer or a total order, so the slicing never changes a token.
+  const int64_t max_splits = std::clamp<int64_t>((vocab + 4095) / 4096, 1, 64);
+  reserve(parts_, parts_bytes_, sizeof(Part) * static_cast<size_t>(max_splits) * static_cast<size_t>(b));
   p.parts = parts_;
   if (reserve(done_, done_bytes_, sizeof(int) * static_cast<size_t>(b)))
     SERVE8_CUDA_CHECK(cudaMemsetAsync(done_, 0, done_bytes_, stream_));
@@ -519,7 +525,9 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     if (c.num_rows == 0) continue;
     p.row_begin = c.row_begin;
     p.segment_begin = c.segment_begin;
-    const dim3 grid(splits, static_cast<unsigned>(c.num_rows));
+    const int64_t want = std::min<int64_t>(max_splits, std::max(1, 4 * sms_ / c.num_rows));
+    p.split_len = ((vocab + want - 1) / want + 3) / 4 * 4;
+    const dim3 grid(static_cast<unsigned>((vocab + p.split_len - 1) / p.split_len), static_cast<unsigned>(c.num_rows));
     (vec ? sample_max_kernel<true> : sample_max_kernel<false>)<<<grid, kThreads, 0, stream_>>>(p);
     SERVE8_CUDA_CHECK_LAUNCH("sample_max_kernel");
     if (c.num_segments == 0) continue;

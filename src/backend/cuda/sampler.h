@@ -56,14 +56,14 @@ struct SampleParams {
   unsigned long long* hist_mass = nullptr;
   unsigned* hist_min_id = nullptr;
   int64_t vocab = 0;
-  int64_t split_len = 0;  // logits a block scans: a multiple of 4
+  int64_t split_len = 0;  // logits a block scans: a multiple of 4, the same in every kernel
   int row_begin = 0;      // the chunk's first row and first sampled row
   int segment_begin = 0;
 };
 
 class CudaSampler {
  public:
-  explicit CudaSampler(cudaStream_t stream) : stream_(stream) {}
+  explicit CudaSampler(cudaStream_t stream);
   ~CudaSampler();
   CudaSampler(const CudaSampler&) = delete;
   CudaSampler& operator=(const CudaSampler&) = delete;
@@ -80,6 +80,7 @@ class CudaSampler {
   bool reserve(void*& ptr, size_t& have, size_t want);
 
   cudaStream_t stream_;
+  int sms_ = 1;
   void* rows_ = nullptr;  // SampleRowParams, then SampleRowState, then out
   size_t rows_bytes_ = 0;
   void* keys_ = nullptr;  // SampleParams::keys
