@@ -1,6 +1,6 @@
 // The CUDA sampler against the CPU sampler (the contract in backend/cpu/cpu_sampling.cpp): the
 // same token for the same (logits, seed, step) under every filter, greedy ties and NaN included,
-// on a Qwen-sized vocabulary and in batches large enough to be sorted in several chunks.
+// on a Qwen-sized vocabulary and in batches large enough to be sampled in several chunks.
 #include <gtest/gtest.h>
 
 #include <cmath>
