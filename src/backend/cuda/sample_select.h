@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "core/dtype.h"
@@ -23,25 +22,8 @@ constexpr int kSelectLevels = 3;  // 30 bits: the key of any e < 2
 constexpr float kSelectMassScale = 8796093022208.0f;  // 2^43
 constexpr int64_t kSelectMaxVocab = int64_t{1} << 20;
 
-SERVE8_HD uint32_t select_key(float e) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(e);
-#else
-  uint32_t u;
-  std::memcpy(&u, &e, sizeof(u));
-  return u;
-#endif
-}
-
-SERVE8_HD float select_float(uint32_t key) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(key);
-#else
-  float f;
-  std::memcpy(&f, &key, sizeof(f));
-  return f;
-#endif
-}
+// The order of e > 0 is the order of its bits.
+SERVE8_HD uint32_t select_key(float e) { return f32_to_bits(e); }
 
 SERVE8_HD uint64_t select_mass(float e) { return static_cast<uint64_t>(e * kSelectMassScale); }
 
@@ -152,7 +134,7 @@ SERVE8_HD void select_resolve(SelectState& s, const SelectBin& b, uint64_t cand_
     return;
   }
   const uint32_t key = (s.prefix << kSelectBits) | b.digit;
-  const uint64_t m = select_mass(select_float(key));
+  const uint64_t m = select_mass(bits_to_f32(key));
   if (s.phase == kSelectCut) {
     // Of the bin's tokens (all with this key), the fewest that meet a goal.
     uint64_t j = b.count;
