@@ -37,7 +37,6 @@ SERVE8_HD bool select_in(uint32_t key, int level, uint32_t prefix) {
   return level == 0 || (key >> (kSelectBits * (kSelectLevels - level))) == prefix;
 }
 
-// Plain structs, as __shared__ memory takes them.
 enum SelectPhase : int {
   kSelectDone = 0,  // token, or -1: the first token at the maximum
   kSelectCut = 1,   // finding n, the number of candidates top_k and top_p keep
@@ -45,7 +44,8 @@ enum SelectPhase : int {
   kSelectTies = 3,  // the drawn key is shared: the tie_rank-th token with it, in id order
 };
 
-// One row's selection between passes.
+// One row's selection between passes. It and SelectBin are plain structs (no member initializers),
+// as __shared__ memory takes them.
 struct SelectState {
   int phase;
   int level;                           // the level the next histogram is of
