@@ -18,7 +18,9 @@
 //     At least one token (the first) is always kept. This is SGLang's reference semantics.
 //  5. Draw u = sampling_uniform(seed, step) in [0, 1), target = u * (e_0 + ... + e_(n-1)), and pick
 //     the first kept i (in sorted order) with e_0 + ... + e_i > target; the last kept one if
-//     rounding leaves none. Sums are accumulated in order, in double here.
+//     rounding leaves none. Sums are accumulated in order, in double here; the CUDA sampler's are
+//     exact sums of each e truncated to units of 2^-43 (sample_select.h), so an e below 2^-43
+//     weighs nothing there.
 #include <algorithm>
 #include <cmath>
 #include <limits>
