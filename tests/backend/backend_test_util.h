@@ -166,4 +166,16 @@ inline HostArray to_host(Backend& be, const void* data, DType t, size_t n) {
 
 inline HostArray to_host(Backend& be, const DeviceArray& d) { return to_host(be, d.buf.data(), d.dtype, d.n); }
 
+// A sampling row with every filter given.
+inline SamplingRow sampling_row(float temperature, float top_p, int top_k, float min_p, uint64_t seed, uint64_t step) {
+  SamplingRow r;
+  r.temperature = temperature;
+  r.top_p = top_p;
+  r.top_k = top_k;
+  r.min_p = min_p;
+  r.seed = seed;
+  r.step = step;
+  return r;
+}
+
 }  // namespace serve8::test

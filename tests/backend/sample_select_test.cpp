@@ -87,16 +87,7 @@ int32_t select_row(const std::vector<float>& logits, const SamplingRow& r) {
   return s.token < 0 ? m_id : s.token;
 }
 
-SamplingRow row(float t, float top_p, int top_k, float min_p, uint64_t seed, uint64_t step) {
-  SamplingRow r;
-  r.temperature = t;
-  r.top_p = top_p;
-  r.top_k = top_k;
-  r.min_p = min_p;
-  r.seed = seed;
-  r.step = step;
-  return r;
-}
+constexpr auto row = test::sampling_row;
 
 class SampleSelectTest : public ::testing::Test {
  protected:

@@ -37,16 +37,7 @@ TEST_F(CudaBackendTest, SamplingMatchesCpu) {
   const int64_t v = 152064;
   std::vector<SamplingRow> rows;
   const SamplingRow greedy{};
-  const auto row = [](float t, float top_p, int top_k, float min_p, uint64_t seed, uint64_t step) {
-    SamplingRow r;
-    r.temperature = t;
-    r.top_p = top_p;
-    r.top_k = top_k;
-    r.min_p = min_p;
-    r.seed = seed;
-    r.step = step;
-    return r;
-  };
+  const auto row = test::sampling_row;
   rows.push_back(greedy);
   rows.push_back(row(1.0f, 1.0f, -1, 0.0f, 1, 0));
   rows.push_back(row(0.7f, 0.9f, -1, 0.0f, 2, 5));
