@@ -105,20 +105,13 @@ TEST_F(CudaBackendTest, SamplingTiedRowsMatchCpu) {
   const int64_t v = 50000;
   std::vector<SamplingRow> rows;
   std::vector<float> logits;
-  const float filters[][4] = {{1.0f, 1.0f, -1, 0.0f},
-                              {0.7f, 0.9f, -1, 0.0f},
-                              {0.7f, 1.0f, 5000, 0.0f},
-                              {1.0f, 0.3f, 40, 0.0f},
-                              {0.9f, 1.0f, -1, 0.5f}};
+  const SamplingRow filters[] = {
+      test::sampling_row(1.0f, 1.0f, -1, 0.0f, 5, 0), test::sampling_row(0.7f, 0.9f, -1, 0.0f, 5, 0),
+      test::sampling_row(0.7f, 1.0f, 5000, 0.0f, 5, 0), test::sampling_row(1.0f, 0.3f, 40, 0.0f, 5, 0),
+      test::sampling_row(0.9f, 1.0f, -1, 0.5f, 5, 0)};
   for (int pattern = 0; pattern < 2; ++pattern) {
-    for (const auto& f : filters) {
+    for (SamplingRow r : filters) {
       for (uint64_t step = 0; step < 4; ++step) {
-        SamplingRow r;
-        r.temperature = f[0];
-        r.top_p = f[1];
-        r.top_k = static_cast<int>(f[2]);
-        r.min_p = f[3];
-        r.seed = 5;
         r.step = step;
         rows.push_back(r);
         for (int64_t i = 0; i < v; ++i)
