@@ -521,8 +521,7 @@ void CudaSampler::sample(const float* logits, int64_t num_rows, int64_t vocab, c
     SERVE8_CUDA_CHECK(cudaMemsetAsync(done_, 0, done_bytes_, stream_));
   p.done = static_cast<int*>(done_);
   const bool vec = vocab % 4 == 0 && aligned16(logits);
-  for (const Chunk& c : chunks) {
-    if (c.num_rows == 0) continue;
+  for (const Chunk& c : chunks) {  // each holds at least one row
     p.row_begin = c.row_begin;
     p.segment_begin = c.segment_begin;
     const int64_t want = std::min<int64_t>(max_splits, std::max(1, 4 * sms_ / c.num_rows));
