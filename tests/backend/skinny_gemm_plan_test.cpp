@@ -6,45 +6,38 @@
 namespace serve8::test {
 namespace {
 
-SkinnyGemmShape h200(size_t workspace = 32 << 20, bool x_bf16 = false) {
+SkinnyGemmShape h200(size_t workspace = 32 << 20, int max_rows = kSkinnyMaxRows) {
   SkinnyGemmShape s;
   s.sms = 132;
   s.blocks_per_sm = 2;
   s.max_workspace_bytes = workspace;
-  s.x_bf16 = x_bf16;
+  s.max_rows = max_rows;
   return s;
 }
 
+SkinnyGemmShape h200_bf16() { return h200(32 << 20, kSkinnyMaxRowsBf16); }
+
 TEST(SkinnyGemmPlan, RefusesWhatTheKernelCannotTake) {
   EXPECT_EQ(plan_skinny_gemm(0, 4096, 4096, h200()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRows + 1, 4096, 4096, h200()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(1, 4096, 4104, h200()).token_tile, 0);  // K % 16
   EXPECT_EQ(plan_skinny_gemm(1, 0, 4096, h200()).token_tile, 0);
-  // Either kind of token goes to 64 rows and no further.
-  for (const bool bf16 : {false, true}) {
-    EXPECT_NE(plan_skinny_gemm(kSkinnyMaxRows, 4096, 4096, h200(32 << 20, bf16)).token_tile, 0) << bf16;
-    EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRows + 1, 4096, 4096, h200(32 << 20, bf16)).token_tile, 0) << bf16;
-    EXPECT_EQ(skinny_gemm_with_splits(kSkinnyMaxRows + 1, 4096, 4096, 1, bf16).token_tile, 0) << bf16;
-  }
+  // bf16 tokens (weight-only FP8) go to 64 rows, and no further whatever the caller allows.
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16, 4096, 4096, h200_bf16()).token_tile, 32);
+  EXPECT_EQ(plan_skinny_gemm(kSkinnyMaxRowsBf16 + 1, 4096, 4096, h200_bf16()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200(32 << 20, 1000)).token_tile, 0);
+  EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1).token_tile, 0);
+  EXPECT_EQ(skinny_gemm_with_splits(17, 4096, 4096, 1, kSkinnyMaxRowsBf16).token_tile, 32);
 }
 
 TEST(SkinnyGemmPlan, SmallestTokenTileThatHoldsTheRowsThenSeveral) {
-  // rows, then for bf16 and e4m3 tokens: the tile's tokens, its channels, token tiles.
-  const int64_t cases[][7] = {{1, 8, 64, 1, 8, 64, 1},     {8, 8, 64, 1, 8, 64, 1},     {9, 16, 64, 1, 16, 64, 1},
-                              {16, 16, 64, 1, 16, 64, 1},  {17, 32, 64, 1, 64, 128, 1}, {32, 32, 64, 1, 64, 128, 1},
-                              {33, 32, 64, 2, 64, 128, 1}, {64, 32, 64, 2, 64, 128, 1}};
-  for (const auto& c : cases) {
-    for (const bool bf16 : {true, false}) {
-      const int64_t* want = bf16 ? c + 1 : c + 4;
-      const SkinnyGemmPlan p = plan_skinny_gemm(c[0], 4096, 4096, h200(32 << 20, bf16));
-      EXPECT_EQ(p.token_tile, want[0]) << c[0] << " " << bf16;
-      EXPECT_EQ(p.tile_n, want[1]) << c[0] << " " << bf16;
-      EXPECT_EQ(p.token_tiles, want[2]) << c[0] << " " << bf16;
-      EXPECT_EQ(p.tiles_n, 4096 / want[1]) << c[0] << " " << bf16;
-      EXPECT_EQ(p.blocks(), want[2] * p.tiles_n * p.splits) << c[0] << " " << bf16;
-      const SkinnyGemmPlan forced = skinny_gemm_with_splits(c[0], 4096, 4096, 2, bf16);
-      EXPECT_EQ(forced.token_tile, want[0]) << c[0] << " " << bf16;
-      EXPECT_EQ(forced.tile_n, want[1]) << c[0] << " " << bf16;
-    }
+  const int64_t cases[][3] = {{1, 8, 1},   {8, 8, 1},   {9, 16, 1},  {16, 16, 1},
+                              {17, 32, 1}, {32, 32, 1}, {33, 32, 2}, {64, 32, 2}};
+  for (const auto& [m, tile, tiles] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(m, 4096, 4096, h200_bf16());
+    EXPECT_EQ(p.token_tile, tile) << m;
+    EXPECT_EQ(p.token_tiles, tiles) << m;
+    EXPECT_EQ(p.blocks(), int64_t{tiles} * p.tiles_n * p.splits) << m;
   }
 }
 
@@ -53,16 +46,13 @@ TEST(SkinnyGemmPlan, SplitsCoverKWithNoEmptySplit) {
                                {8192, 28672}, {57344, 8192}, {960, 576},    {576, 1536},   {100, 48},     {64, 16}};
   for (const auto& s : shapes) {
     for (const int64_t m : {1, 9, 16, 17, 64}) {
-      for (const bool bf16 : {false, true}) {
-        const SkinnyGemmPlan p = plan_skinny_gemm(m, s[0], s[1], h200(32 << 20, bf16));
-        ASSERT_NE(p.token_tile, 0) << s[0] << "x" << s[1];
-        EXPECT_EQ(p.tiles_n, (s[0] + p.tile_n - 1) / p.tile_n);
-        EXPECT_EQ(p.kblocks, (s[1] + kSkinnyBlockK - 1) / kSkinnyBlockK);
-        EXPECT_GE(int64_t{p.splits} * p.kblocks_per_split, p.kblocks);
-        EXPECT_LT(int64_t{p.splits - 1} * p.kblocks_per_split, p.kblocks) << "an empty split";
-        EXPECT_EQ(p.workspace_bytes,
-                  p.splits > 1 ? size_t(p.blocks()) * size_t(p.tile_n) * size_t(p.token_tile) * 4 : 0);
-      }
+      const SkinnyGemmPlan p = plan_skinny_gemm(m, s[0], s[1], h200_bf16());
+      ASSERT_NE(p.token_tile, 0) << s[0] << "x" << s[1];
+      EXPECT_EQ(p.tiles_n, (s[0] + kSkinnyTileN - 1) / kSkinnyTileN);
+      EXPECT_EQ(p.kblocks, (s[1] + kSkinnyBlockK - 1) / kSkinnyBlockK);
+      EXPECT_GE(int64_t{p.splits} * p.kblocks_per_split, p.kblocks);
+      EXPECT_LT(int64_t{p.splits - 1} * p.kblocks_per_split, p.kblocks) << "an empty split";
+      EXPECT_EQ(p.workspace_bytes, p.splits > 1 ? size_t(p.blocks()) * kSkinnyTileN * size_t(p.token_tile) * 4 : 0);
     }
   }
 }

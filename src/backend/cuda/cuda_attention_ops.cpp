@@ -124,7 +124,7 @@ void CudaBackend::reserve_steps(const StepLimits& limits) {
     SERVE8_CUDA_CHECK(cudaMalloc(&widened_, bytes));
     widened_elems_ = limits.fp8_weight_only_elems;
     spdlog::info("weight-only FP8: {:.2f} GiB for the largest matrix widened, for GEMMs of more than {} rows",
-                 static_cast<double>(bytes) / (1 << 30), kSkinnyMaxRows);
+                 static_cast<double>(bytes) / (1 << 30), kSkinnyMaxRowsBf16);
   }
 }
 

@@ -1,9 +1,8 @@
-// The skinny FP8 GEMM (skinny_gemm.h). A block of one warpgroup computes a tile of 64 or 128 output
-// channels x token_tile tokens over its K range: cp.async streams the tile's weight rows x 256 bytes
-// and the token rows' 256 elements per stage into 128-byte-swizzled shared memory (atoms of
-// [rows][128 bytes]). e4m3 tokens: wgmma m64nXk32 e4m3 multiplies from there, once for each 64
-// channels. bf16 tokens: each thread widens its part of the weights to bf16 registers and wgmma
-// m64nXk16 bf16 takes them with the tokens' atoms.
+// The skinny FP8 GEMM (skinny_gemm.h). A block of one warpgroup computes 64 output channels x
+// token_tile tokens over its K range: cp.async streams 64 weight rows x 256 bytes and the token
+// rows' 256 elements per stage into 128-byte-swizzled shared memory (atoms of [rows][128 bytes]).
+// e4m3 tokens: wgmma m64nXk32 e4m3 multiplies from there. bf16 tokens: each thread widens its
+// part of the weights to bf16 registers and wgmma m64nXk16 bf16 takes them with the tokens' atoms.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -22,23 +21,17 @@ constexpr int kAtomBytes = 128;  // one swizzle row: 128 K bytes
 constexpr int kAtoms = kSkinnyBlockK / kAtomBytes;
 constexpr int kMaxTiles = 65535;  // channel tiles: the grid's y
 // (channel tile, token tile) pairs, each with a counter: at most 64 bf16 rows in 32-row tiles.
-constexpr int kMaxSlots = kSkinnyMaxRows / kSkinnyTiles[1][kSkinnyTileCount - 1].tokens * kMaxTiles;
-constexpr int kWgmmaN = 64;  // channels a wgmma computes
+constexpr int kMaxSlots = kSkinnyMaxRowsBf16 / kSkinnyTokenTiles[kSkinnyTokenTileCount - 1] * kMaxTiles;
 
 // Token bytes per element: e4m3 or bf16.
 constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
-// A stage: the weight atoms (tn rows x 128 bytes each), then the token atoms (twice as many for
+// A stage: the weight atoms (64 rows x 128 bytes each), then the token atoms (twice as many for
 // bf16 tokens).
-constexpr int stage_bytes(int nt, bool bf16, int tn) { return kAtoms * (tn + nt * token_bytes(bf16)) * kAtomBytes; }
-// 64-channel tiles: stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights
-// each in flight (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one
-// streamed best up to 16 rows). The 128-channel tile of 64 rows: four stages, one block an SM.
-constexpr int stages_for(int nt, bool bf16, int tn) {
-  return tn > kWgmmaN ? 4 : std::clamp(110 * 1024 / stage_bytes(nt, bf16, tn), 2, 8);
-}
-constexpr int smem_bytes(int nt, bool bf16, int tn) {
-  return stages_for(nt, bf16, tn) * stage_bytes(nt, bf16, tn) + 1024;
-}
+constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
+// Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
+// (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
+constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
 
 struct KernelParams {
   SkinnyGemmArgs a;
@@ -74,19 +67,6 @@ __device__ __forceinline__ void wgmma_e4m3<16>(float (&d)[8], uint64_t a, uint64
       "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
       "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1;\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "l"(a), "l"(b));
-}
-
-template <>
-__device__ __forceinline__ void wgmma_e4m3<64>(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(a), "l"(b));
 }
 
@@ -140,26 +120,26 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) {
   return static_cast<uint32_t>(r * kAtomBytes + ((c ^ (r & 7)) << 4));
 }
 
-// Weights: TN rows x 16 chunks, consecutive threads along a row.
-template <int TN>
+// Weights: 64 rows x 16 chunks, consecutive threads along a row.
 __device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, uint32_t stage, int64_t row0, int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kChunks = kSkinnyBlockK / 16;
 #pragma unroll
-  for (int j = 0; j < TN * kChunks / kThreads; ++j) {
+  for (int j = 0; j < kSkinnyTileN * kChunks / kThreads; ++j) {
     const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r, col = k0 + c * 16;
     const bool ok = row < a.n && col < a.k;
-    cp_async16(stage + (c >> 3) * (TN * kAtomBytes) + swizzled(r, c & 7), ok ? a.w + row * a.k + col : a.w, ok);
+    cp_async16(stage + (c >> 3) * (kSkinnyTileN * kAtomBytes) + swizzled(r, c & 7), ok ? a.w + row * a.k + col : a.w,
+               ok);
   }
 }
 
 // Tokens: NT rows x 256 elements (e4m3: 16 chunks a row, bf16: 32), consecutive threads along a row.
-template <int NT, bool BF16, int TN>
+template <int NT, bool BF16>
 __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t tok0, int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kBytes = token_bytes(BF16), kChunks = kSkinnyBlockK * kBytes / 16;
-  const uint32_t base = stage + kAtoms * TN * kAtomBytes;
+  const uint32_t base = stage + kAtoms * kSkinnyTileN * kAtomBytes;
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 #pragma unroll
   for (int j = 0; j < (NT * kChunks + kThreads - 1) / kThreads; ++j) {
@@ -184,27 +164,25 @@ __device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t
   uint32_t a[kSteps][4];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const uint32_t p = rows + (s >> 3) * (kWgmmaN * kAtomBytes) + (((s & 7) ^ g) << 4);
+    const uint32_t p = rows + (s >> 3) * (kSkinnyTileN * kAtomBytes) + (((s & 7) ^ g) << 4);
     a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(p));
     a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes));
     a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8));
     a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes + 8));
   }
   // B of step s: token bytes 32s..32s+31, in atom s / 4 at byte 32 (s % 4).
-  const uint32_t tokens = stage + kAtoms * kWgmmaN * kAtomBytes;
+  const uint32_t tokens = stage + kAtoms * kSkinnyTileN * kAtomBytes;
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kSteps; ++s)
     wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kAtomBytes) + (s & 3) * 32));
 }
 
-template <int NT, bool BF16, int TN>
+template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
-  static_assert(TN % kWgmmaN == 0 && (!BF16 || TN == kWgmmaN), "bf16 tokens take 64-channel tiles");
-  constexpr int kStages = stages_for(NT, BF16, TN);
-  constexpr int kStageBytes = stage_bytes(NT, BF16, TN);
-  constexpr int kSubs = TN / kWgmmaN;  // wgmmas a K step, one for each 64 channels
-  constexpr int kRegs = NT / 2;        // accumulators per thread and wgmma
+  constexpr int kStages = stages_for(NT, BF16);
+  constexpr int kStageBytes = stage_bytes(NT, BF16);
+  constexpr int kRegs = NT / 2;  // accumulators per thread
   extern __shared__ uint8_t smem_raw[];
   // Swizzled operands need 1024-byte-aligned 8-row groups.
   const uint32_t smem = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
@@ -213,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   const int tt = static_cast<int>(blockIdx.x), tile = static_cast<int>(blockIdx.y),
             split = static_cast<int>(blockIdx.z);
   const int slot = tile * static_cast<int>(gridDim.x) + tt;  // its counter and partial sums
-  const int64_t row0 = int64_t{tile} * TN, tok0 = int64_t{tt} * NT;
+  const int64_t row0 = int64_t{tile} * kSkinnyTileN, tok0 = int64_t{tt} * NT;
   const int kb0 = split * p.kblocks_per_split;
   const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
 
@@ -222,19 +200,17 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   // kernel before this one (programmatic launch), everything else after.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
-    if (s < nkb) load_weights<TN>(a, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_weights(a, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkb) load_tokens<NT, BF16, TN>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
-  float d[kSubs][kRegs];
+  float d[kRegs];
 #pragma unroll
-  for (int u = 0; u < kSubs; ++u)
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) d[u][i] = 0.0f;
+  for (int i = 0; i < kRegs; ++i) d[i] = 0.0f;
 
   for (int i = 0; i < nkb; ++i) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
@@ -244,24 +220,23 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     const int next = i + kStages - 1;
     if (next < nkb) {
       const uint32_t st = smem + (next % kStages) * kStageBytes;
-      load_weights<TN>(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
-      load_tokens<NT, BF16, TN>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_tokens<NT, BF16>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
     if constexpr (BF16) {
-      multiply_bf16_stage<NT>(d[0], stage);
+      multiply_bf16_stage<NT>(d, stage);
     } else {
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
       for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
         for (int kk = 0; kk < kAtomBytes / 32; ++kk) {
-          const uint64_t dx = smem_desc(stage + kAtoms * TN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
-#pragma unroll
-          for (int u = 0; u < kSubs; ++u)
-            wgmma_e4m3<NT>(d[u], smem_desc(stage + atom * (TN * kAtomBytes) + u * (kWgmmaN * kAtomBytes) + kk * 32),
-                           dx);
+          const uint64_t dw = smem_desc(stage + atom * (kSkinnyTileN * kAtomBytes) + kk * 32);
+          const uint64_t dx =
+              smem_desc(stage + kAtoms * kSkinnyTileN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
+          wgmma_e4m3<NT>(d, dw, dx);
         }
       }
     }
@@ -274,12 +249,10 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   if (p.splits > 1) {
     // Partials in the accumulators' own order (register i of thread t at [i][t]): the last
     // block of the tile reads back exactly the registers each split held, in split order.
-    constexpr int kTileFloats = kSubs * kRegs * kThreads;
+    constexpr int kTileFloats = kRegs * kThreads;
     float* mine = p.partials + (int64_t{slot} * p.splits + split) * kTileFloats;
 #pragma unroll
-    for (int u = 0; u < kSubs; ++u)
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) __stcg(mine + (u * kRegs + i) * kThreads + tid, d[u][i]);
+    for (int i = 0; i < kRegs; ++i) __stcg(mine + i * kThreads + tid, d[i]);
     __threadfence();
     __syncthreads();
     __shared__ unsigned last;
@@ -287,77 +260,66 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     __syncthreads();
     if (!last) return;
     __threadfence();
-    float sum[kSubs][kRegs] = {};
+    float sum[kRegs] = {};
     for (int s = 0; s < p.splits; ++s) {
       const float* part = p.partials + (int64_t{slot} * p.splits + s) * kTileFloats;
 #pragma unroll
-      for (int u = 0; u < kSubs; ++u)
-#pragma unroll
-        for (int i = 0; i < kRegs; ++i)
-          sum[u][i] += s == split ? d[u][i] : __ldcg(part + (u * kRegs + i) * kThreads + tid);
+      for (int i = 0; i < kRegs; ++i) sum[i] += s == split ? d[i] : __ldcg(part + i * kThreads + tid);
     }
 #pragma unroll
-    for (int u = 0; u < kSubs; ++u)
-#pragma unroll
-      for (int i = 0; i < kRegs; ++i) d[u][i] = sum[u][i];
+    for (int i = 0; i < kRegs; ++i) d[i] = sum[i];
     if (tid == 0) p.counters[slot] = 0;  // ready for the next launch
   }
 
   // Accumulator layout of m64nX: register 4j+e of lane l in warp w is channel
-  // 16w + l/4 + 8*(e/2), token 8j + 2*(l%4) + e%2 (channels from 64u for the u-th wgmma).
+  // 16w + l/4 + 8*(e/2), token 8j + 2*(l%4) + e%2.
   const int warp = tid >> 5, lane = tid & 31;
 #pragma unroll
-  for (int u = 0; u < kSubs; ++u) {
-#pragma unroll
-    for (int i = 0; i < kRegs; ++i) {
-      const int e = i & 3, j = i >> 2;
-      const int64_t ch = row0 + u * kWgmmaN + warp * 16 + (lane >> 2) + 8 * (e >> 1);
-      const int64_t tok = tok0 + 8 * j + 2 * (lane & 3) + (e & 1);
-      if (ch >= a.n || tok >= a.m) continue;
-      float b = 0.0f;
-      if (a.bias)
-        b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
-                       : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-      const float r = d[u][i] * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
-      if (a.out_f32) {
-        static_cast<float*>(a.out)[tok * a.n + ch] = r;
-      } else {
-        static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
-      }
+  for (int i = 0; i < kRegs; ++i) {
+    const int e = i & 3, j = i >> 2;
+    const int64_t ch = row0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
+    const int64_t tok = tok0 + 8 * j + 2 * (lane & 3) + (e & 1);
+    if (ch >= a.n || tok >= a.m) continue;
+    float b = 0.0f;
+    if (a.bias)
+      b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
+                     : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
+    const float r = d[i] * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
+    if (a.out_f32) {
+      static_cast<float*>(a.out)[tok * a.n + ch] = r;
+    } else {
+      static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
     }
   }
 }
 
-template <int NT, bool BF16, int TN>
+template <int NT, bool BF16>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16, TN>,
+  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
                    dim3(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.tiles_n),
                         static_cast<unsigned>(plan.splits)),
-                   dim3(kThreads), smem_bytes(NT, BF16, TN), stream, p);
+                   dim3(kThreads), smem_bytes(NT, BF16), stream, p);
 }
 
-template <int NT, bool BF16, int TN>
+template <int NT, bool BF16>
 int prepare() {
-  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT, BF16, TN>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT, BF16, TN)));
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes(NT, BF16)));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT, BF16, TN>,
-                                                                  kThreads, smem_bytes(NT, BF16, TN)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT, BF16>, kThreads,
+                                                                  smem_bytes(NT, BF16)));
   return blocks;
 }
 
 }  // namespace
 
 SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
-  static_assert(kSkinnyTiles[0][0].tokens == 8 && kSkinnyTiles[0][1].tokens == 16 && kSkinnyTiles[0][2].tokens == 64 &&
-                    kSkinnyTiles[0][2].channels == 128 && kSkinnyTiles[1][2].tokens == 32,
-                "prepare and launch every tile built");
-  blocks_per_sm_[0][0] = prepare<8, false, 64>();
-  blocks_per_sm_[0][1] = prepare<16, false, 64>();
-  blocks_per_sm_[0][2] = prepare<64, false, 128>();
-  blocks_per_sm_[1][0] = prepare<8, true, 64>();
-  blocks_per_sm_[1][1] = prepare<16, true, 64>();
-  blocks_per_sm_[1][2] = prepare<32, true, 64>();
+  static_assert(kSkinnyTokenTileCount == 3 && kSkinnyMaxRows == 16, "prepare every token tile built");
+  blocks_per_sm_[0][0] = prepare<8, false>();
+  blocks_per_sm_[0][1] = prepare<16, false>();
+  blocks_per_sm_[1][0] = prepare<8, true>();
+  blocks_per_sm_[1][1] = prepare<16, true>();
+  blocks_per_sm_[1][2] = prepare<32, true>();
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
   SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxSlots * sizeof(unsigned)));
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxSlots * sizeof(unsigned)));
@@ -371,9 +333,9 @@ SkinnyFp8Gemm::~SkinnyFp8Gemm() {
 SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
-  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_tile_index(m, x_bf16)];
+  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
   shape.max_workspace_bytes = workspace_bytes_;
-  shape.x_bf16 = x_bf16;
+  shape.max_rows = x_bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows;
   return plan_skinny_gemm(m, n, k, shape);
 }
 
@@ -383,10 +345,9 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16;
-  const SkinnyTile want = kSkinnyTiles[bf16 ? 1 : 0][skinny_tile_index(args.m, bf16)];
-  if (plan.token_tile != want.tokens || plan.tile_n != want.channels || plan.token_tiles < 1 ||
-      plan.tiles_n > kMaxTiles || int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots ||
-      plan.workspace_bytes > workspace_bytes_ || int64_t{plan.token_tile} * plan.token_tiles > kSkinnyMaxRows)
+  if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
+      int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||
+      int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
     return false;
   KernelParams p;
   p.a = args;
@@ -397,16 +358,13 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   p.counters = counters_;
   switch (plan.token_tile) {
     case 8:
-      bf16 ? launch<8, true, 64>(p, plan, stream) : launch<8, false, 64>(p, plan, stream);
+      bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream);
       break;
     case 16:
-      bf16 ? launch<16, true, 64>(p, plan, stream) : launch<16, false, 64>(p, plan, stream);
-      break;
-    case 32:
-      launch<32, true, 64>(p, plan, stream);
+      bf16 ? launch<16, true>(p, plan, stream) : launch<16, false>(p, plan, stream);
       break;
     default:
-      launch<64, false, 128>(p, plan, stream);
+      launch<32, true>(p, plan, stream);
       break;
   }
   return true;
