@@ -4,12 +4,13 @@
 // checked: a sample of its rows is recomputed by the CPU reference backend from the same KV bytes.
 //
 //   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write]
-//                   [--slots shuffled|contiguous] [--decode-heads 1|2]
+//                   [--slots shuffled|contiguous] [--decode-heads 1|2] [--decode-chunk N]
 //
 // --slots: a sequence's pages of 16 slots drawn at random over the pool (default: a long-running
 // server's) or in order (a fresh pool's allocation).
 // --decode-heads: KV heads per decode block for the pools that may pair them (FP8; default:
 // the plan's choice), to time one choice against the other.
+// --decode-chunk: KV tokens per decode split (default: the plan's rule), for sweeping the split.
 // --filter keeps the rows whose label "heads kind B=.. q=.. kv=.. kv_dtype" contains TEXT (any of
 // several).
 //
@@ -278,6 +279,7 @@ int run(int argc, char** argv) {
   L2Flush flush_how = L2Flush::kRead;
   bool contiguous_slots = false;
   int decode_heads = 0;              // the plan's choice
+  int decode_chunk = 0;              // the plan's rule
   std::vector<std::string> filters;  // run only rows whose "heads kind shape kv" label holds one
   std::string command = "bench_attention";
   for (int i = 1; i < argc; ++i) {
@@ -305,6 +307,11 @@ int run(int argc, char** argv) {
       command += std::string(" ") + argv[i];
       if (decode_heads != 1 && decode_heads != 2)
         fail("bench_attention: --decode-heads takes 1 or 2, not '{}'", argv[i]);
+    } else if (a == "--decode-chunk" && i + 1 < argc) {
+      decode_chunk = std::atoi(argv[++i]);
+      command += std::string(" ") + argv[i];
+      if (decode_chunk < 16)
+        fail("bench_attention: --decode-chunk takes a token count of 16 or more, not '{}'", argv[i]);
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--filter" && i + 1 < argc) {
@@ -313,11 +320,11 @@ int run(int argc, char** argv) {
     } else {
       fail(
           "bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT..., --l2-flush "
-          "read|write, --slots shuffled|contiguous, --decode-heads 1|2)",
+          "read|write, --slots shuffled|contiguous, --decode-heads 1|2, --decode-chunk N)",
           a);
     }
   }
-  auto owner = create_cuda_backend(DType::kBF16, AttentionOptions{decode_heads, 0});
+  auto owner = create_cuda_backend(DType::kBF16, AttentionOptions{decode_heads, decode_chunk});
   auto& be = dynamic_cast<CudaBackend&>(*owner);
   auto cpu = create_backend("cpu");
   const cudaStream_t s = be.stream();
@@ -493,6 +500,7 @@ int run(int argc, char** argv) {
               {"l2_flush", flush_name},
               {"slots", contiguous_slots ? "contiguous" : "shuffled"},
               {"decode_heads", decode_heads == 0 ? std::string("plan") : std::to_string(decode_heads)},
+              {"decode_chunk", decode_chunk == 0 ? std::string("plan") : std::to_string(decode_chunk)},
               {"reps", reps},
               {"rows", rows}};
   std::ofstream(out_path) << doc.dump(1) << "\n";
