@@ -2,7 +2,6 @@
 // block reductions.
 #pragma once
 
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -208,26 +207,16 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
-// core/dtype.h's FP8 codes from the hardware's conversion (round to nearest even, overflow to the
-// largest finite value): the same code for every number, in one instruction for the ~30 of the
-// portable encoder. NaN's code differs, so NaN takes the portable path.
-__device__ __forceinline__ uint8_t e4m3_code(float x) {
-  return isnan(x) ? f32_to_e4m3(x) : static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-__device__ __forceinline__ uint8_t e5m2_code(float x) {
-  return isnan(x) ? f32_to_e5m2(x) : static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2));
-}
-
 // FP8 rows (Backend::quantize_fp8_rows): codes are e4m3(x * fp8_row_inv(amax)), the scale
-// fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and e4m3_code.
+// fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and core/dtype.h's rounding.
 __device__ __forceinline__ float fp8_row_inv(float amax) { return amax > 0.0f ? kE4M3Max / amax : 0.0f; }
 __device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
 __device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
   uint2 out{0, 0};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    out.x |= uint32_t{e4m3_code(f[i] * inv)} << (8 * i);
-    out.y |= uint32_t{e4m3_code(f[4 + i] * inv)} << (8 * i);
+    out.x |= uint32_t{f32_to_e4m3(f[i] * inv)} << (8 * i);
+    out.y |= uint32_t{f32_to_e4m3(f[4 + i] * inv)} << (8 * i);
   }
   *reinterpret_cast<uint2*>(q) = out;
 }

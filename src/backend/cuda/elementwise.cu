@@ -44,7 +44,7 @@ __device__ __forceinline__ float load_weight(const RmsNormParams& p, int i) {
 template <typename T>
 __device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* scale, int cols, float amax) {
   const float inv = fp8_row_inv(amax);
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) q[i] = e4m3_code(Act<T>::load(row + i) * inv);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) q[i] = f32_to_e4m3(Act<T>::load(row + i) * inv);
   if (threadIdx.x == 0) *scale = fp8_row_scale(amax);
 }
 

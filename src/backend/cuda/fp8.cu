@@ -47,7 +47,7 @@ __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
       store_e4m3x8(q + j, f, inv);
     }
   } else {
-    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = e4m3_code(Act<T>::load(x + j) * inv);
+    for (int64_t j = threadIdx.x; j < p.cols; j += blockDim.x) q[j] = f32_to_e4m3(Act<T>::load(x + j) * inv);
   }
   if (threadIdx.x == 0) p.scale[row] = fp8_row_scale(amax);
 }

@@ -1,6 +1,6 @@
-// kv_store: scale, convert and scatter new K/V rows into the pool in one pass. The conversions give
-// core/dtype.h's codes (FP8 through the hardware's, cuda_utils.cuh), so the stored bytes equal the
-// CPU backend's bit for bit (saturation and NaN handling included). The new rows are bf16 or fp32
+// kv_store: scale, convert and scatter new K/V rows into the pool in one pass. The conversions are
+// core/dtype.h's own functions compiled for the device, so the stored bytes equal the CPU
+// backend's bit for bit (saturation and NaN handling included). The new rows are bf16 or fp32
 // activations (Act in cuda_utils.cuh); an fp32 pool takes fp32 rows only.
 #include <type_traits>
 
@@ -33,12 +33,12 @@ struct StoreTraits<DType::kF16> {
 template <>
 struct StoreTraits<DType::kFP8E5M2> {
   using T = uint8_t;
-  __device__ static T convert(float x) { return e5m2_code(x); }
+  __device__ static T convert(float x) { return f32_to_e5m2(x); }
 };
 template <>
 struct StoreTraits<DType::kFP8E4M3> {
   using T = uint8_t;
-  __device__ static T convert(float x) { return e4m3_code(x); }
+  __device__ static T convert(float x) { return f32_to_e4m3(x); }
 };
 
 // x / scale converted to the pool's dtype. A true division, as the CPU's. NaN passes through
