@@ -525,7 +525,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     uint16_t* out = static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + h * g) * kD;
     for (int j = warp; j < g; j += 4) hadamard_row<kD / 32>(rotated + j * kD, mean, p.rotate_norm, out + j * kD);
   }
-  if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads, L::kRowParams>(p, w.b, w.n_split, g, smem);
+  const bool wrote =
+      w.n_split == 1 || merge_splits_in_last_block<kD, kHeads, L::kRowParams>(p, w.b, w.n_split, g, smem);
+  if (p.fp8_q && wrote) fp8_row_in_last_block(p, w.b, q_begin, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the
