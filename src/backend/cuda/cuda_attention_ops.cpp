@@ -397,8 +397,9 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   p.head_dim = static_cast<int>(g.head_dim);
   p.softmax_scale = softmax_scale;
   // FP8 rows for o_proj: a decode-only launch's last block of each sequence writes them
-  // (attention_decode.cuh), anything else quantizes the output after.
-  const bool fp8_in_decode = fp8 && fast && plan_.prefill.num_work == 0;
+  // (attention_decode.cuh, 8 codes a store), anything else quantizes the output after.
+  const bool fp8_in_decode =
+      fp8 && fast && plan_.prefill.num_work == 0 && (reinterpret_cast<uintptr_t>(fp8->q.data) & 7u) == 0;
   const auto fp8_after = [&] {
     if (!fp8 || fp8_in_decode) return;
     Fp8QuantParams f;
