@@ -147,6 +147,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // Under a programmatic dependent launch the kernel before this one may still be running (or its
   // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // With FP8 rows (o_proj's input) the skinny GEMM after this kernel may start streaming its
+  // weights once every block here has started; it waits for this grid before reading the rows.
+  if (p.fp8_q) allow_dependent_launch();
   DecodeBlock w;
   if (!decode_block(p, w)) return;
   const int half = threadIdx.x / 128;  // the block's head this warp serves
