@@ -305,9 +305,9 @@ class Backend {
   // Paged attention over the pool for every new token of the batch (prefill/extend and decode
   // rows alike; see ForwardBatch). q, out [T, Hq, D]; Hq = group * Hkv. Reads the pool in its
   // storage dtype, dequantizes in registers; k_scale folds into the softmax scale, v_scale into
-  // the output. With fp8, also out's FP8 rows ([T, Hq * D], quantize_fp8_rows of out).
-  virtual void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out,
-                         const Fp8Rows* fp8 = nullptr) = 0;
+  // the output.
+  virtual void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
+                         Tensor out) = 0;
   // out[T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]; with fp8, also out's FP8 rows.
   virtual void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) = 0;
   // out[i] = x[rows[i]]; rows int32.

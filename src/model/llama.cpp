@@ -231,11 +231,10 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   backend_.rope_kv_store(qkv, q, db.positions, inv_freq_.view(DType::kF32, {d / 2}), db, kv);
   if (kv_observer_) kv_observer_(l, qkv);
   Tensor attn = attn_out_.view(c, {t, heads, d});
-  const std::optional<Fp8Rows> attn_rows = fp8_rows_for(w.wo, t, qs);
-  backend_.attention(q, kv, db, softmax_scale_, attn, attn_rows ? &*attn_rows : nullptr);
+  backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
   if (linear_observer_) linear_observer_(l, Matrix::kO, attn.reshape({t, qs}));
-  linear(made_input(attn.reshape({t, qs}), attn_rows), w.wo, w.wo_scale, nullptr, proj_out);
+  linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // o_proj is row-parallel: each rank has a partial sum
 
   Tensor residual = residual_.view(c, {t, h});

@@ -144,32 +144,6 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         }
       }
     }
-    // With FP8 rows for o_proj: the output bytes of `want` (the same backend's run without them) and
-    // the rows quantize_fp8_rows makes of it, whether the decode kernel writes them (decode-only
-    // batches) or they are quantized after; twice, since the kernel's counters must be back at zero.
-    const auto check_fp8_rows = [&](Backend& be, const KvLayer& layer, const DeviceBatch& batch,
-                                    const std::vector<uint8_t>& want, const std::string& what) {
-      const int64_t cols = hq * d;
-      const size_t nq = static_cast<size_t>(t * cols);
-      Buffer o(be, n * 2), fq(be, nq), fs(be, static_cast<size_t>(t) * 4), rq(be, nq),
-          rs(be, static_cast<size_t>(t) * 4);
-      for (int rep = 0; rep < 2; ++rep) {
-        test::poison(be, o.data(), n * 2);
-        test::poison(be, fq.data(), nq);
-        test::poison(be, fs.data(), static_cast<size_t>(t) * 4);
-        const Fp8Rows rows{fq.view(DType::kFP8E4M3, {t, cols}), fs.view(DType::kF32, {t})};
-        be.attention(dq.view({t, hq, d}), layer, batch, scale, o.view(DType::kBF16, {t, hq, d}), &rows);
-        be.quantize_fp8_rows(o.view(DType::kBF16, {t, cols}), rq.view(DType::kFP8E4M3, {t, cols}),
-                             rs.view(DType::kF32, {t}));
-        EXPECT_EQ(to_host(be, o.data(), DType::kBF16, n).bytes, want) << what << ": output with FP8 rows, run " << rep;
-        EXPECT_EQ(to_host(be, fq.data(), DType::kFP8E4M3, nq).bytes, to_host(be, rq.data(), DType::kFP8E4M3, nq).bytes)
-            << what << ": FP8 rows, run " << rep;
-        EXPECT_EQ(to_host(be, fs.data(), DType::kF32, static_cast<size_t>(t)).bytes,
-                  to_host(be, rs.data(), DType::kF32, static_cast<size_t>(t)).bytes)
-            << what << ": FP8 row scales, run " << rep;
-      }
-    };
-    check_fp8_rows(*gpu_, gl, gb, got.bytes, "batch " + std::to_string(bi));
     // The same step on a backend whose attention plan is overridden (AttentionOptions): a pool and
     // table of its own, filled from the same K/V, then the step `reps` times on one upload.
     const auto check_alt = [&](AttentionOptions options, int reps, const std::string& what) {
@@ -185,16 +159,13 @@ TEST_P(CudaAttentionTest, RaggedBatchesMatchCpu) {
         }
       }
       const DeviceBatch ab = alt->upload_batch(s.step, *ac);
-      std::vector<uint8_t> last;
       for (int rep = 0; rep < reps; ++rep) {
         Buffer out3(*alt, n * 2);
         test::poison(*alt, out3.data(), n * 2);
         alt->attention(dq.view({t, hq, d}), al, ab, scale, out3.view(DType::kBF16, {t, hq, d}));
-        const HostArray alt_got = to_host(*alt, out3.data(), DType::kBF16, n);
-        EXPECT_LT(rel_error(alt_got.values(), ref.values()), 1e-2) << what << ", run " << rep << ", batch " << bi;
-        last = alt_got.bytes;
+        EXPECT_LT(rel_error(to_host(*alt, out3.data(), DType::kBF16, n).values(), ref.values()), 1e-2)
+            << what << ", run " << rep << ", batch " << bi;
       }
-      check_fp8_rows(*alt, al, ab, last, what + ", batch " + std::to_string(bi));
     };
     // FP8 decode with the other KV-heads-per-block choice than this small grid gets (two heads per
     // block: decode_heads_per_block picks it for large batches only).

@@ -48,9 +48,7 @@ class HostMemoryBackend : public Backend {
   void rope_kv_store(Tensor, Tensor, const Tensor&, const Tensor&, const DeviceBatch&, const KvLayer&) override {
     unsupported();
   }
-  void attention(const Tensor&, const KvLayer&, const DeviceBatch&, float, Tensor, const Fp8Rows*) override {
-    unsupported();
-  }
+  void attention(const Tensor&, const KvLayer&, const DeviceBatch&, float, Tensor) override { unsupported(); }
   void silu_mul(const Tensor&, Tensor, const Fp8Rows*) override { unsupported(); }
   void gather_rows(const Tensor&, const Tensor&, Tensor) override { unsupported(); }
   void sample(const Tensor&, const std::vector<SamplingRow>&, int32_t*) override { unsupported(); }

@@ -290,10 +290,9 @@ class CpuBackend final : public Backend {
                      const KvLayer& kv) override {
     cpu::rope_kv_store(qkv, q, positions, inv_freq, batch, kv);
   }
-  void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out,
-                 const Fp8Rows* fp8 = nullptr) override {
+  void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
+                 Tensor out) override {
     cpu::attention(q, kv, batch, softmax_scale, out);
-    if (fp8) cpu::quantize_fp8_rows(out.reshape({out.dim(0), out.dim(1) * out.dim(2)}), fp8->q, fp8->scale);
   }
   void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override {
     cpu::silu_mul(gate_up, out);

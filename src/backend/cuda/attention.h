@@ -65,12 +65,6 @@ struct AttentionParams {
   // One counter per (sequence, block of KV heads), zero between launches: the last split block
   // to finish merges the splits.
   int* split_counters = nullptr;
-  // Decode-only launches with fp8_q: each output row's FP8 row as well ([T, Hq * D] e4m3 and a
-  // scale a row, quantize_fp8_rows's bytes), written by the last block of its sequence to finish;
-  // seq_counters one per sequence, zero between launches.
-  uint8_t* fp8_q = nullptr;
-  float* fp8_scale = nullptr;
-  int* seq_counters = nullptr;
   // Prefill work list: item i is the tile starting at row work_row0[i] of sequence
   // work_seq[i], rows being (token, group head) pairs, token-major.
   const int32_t* work_seq = nullptr;

@@ -144,9 +144,8 @@ constexpr int merge_rotated_offset(int heads) {
 // thread owns 4 consecutive d of one query head and sums the splits' float4 partials
 // (weighted_split_sum), so a GQA group's heads merge side by side instead of one after another.
 // kRotate (int8/int4 under rotate_norm): the merged rows leave the rotation a warp per head.
-// Returns whether this block merged (and so wrote the outputs).
 template <int kD, int kHeads, bool kRotate>
-__device__ __forceinline__ bool merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
+__device__ __forceinline__ void merge_splits_in_last_block(const AttentionParams& p, int b, int n_split, int g,
                                                            unsigned char* smem) {
   constexpr int kW = kDecodeMaxSplits + 1;  // weights of a query head, then its output scale
   constexpr int kMaxGroup = kAttentionMaxGroup;
@@ -162,7 +161,7 @@ __device__ __forceinline__ bool merge_splits_in_last_block(const AttentionParams
     *s_last = last;
   }
   __syncthreads();
-  if (!*s_last) return false;
+  if (!*s_last) return;
   __threadfence();
   const int kvh0 = blockIdx.x * kHeads;
   const int n_heads = min(kHeads, p.num_kv_heads - kvh0) * g;  // query heads of the block
@@ -196,7 +195,7 @@ __device__ __forceinline__ bool merge_splits_in_last_block(const AttentionParams
     *reinterpret_cast<uint2*>(out + d) = packed;
   }
   if constexpr (kRotate) {
-    if (p.rotate_norm == 0.0f) return true;
+    if (p.rotate_norm == 0.0f) return;
     __syncthreads();
     for (int j = warp; j < n_heads; j += blockDim.x / 32) {
       const int hq = hq0 + j;
@@ -204,46 +203,6 @@ __device__ __forceinline__ bool merge_splits_in_last_block(const AttentionParams
                             static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + hq) * kD);
     }
   }
-  return true;
-}
-
-// AttentionParams::fp8_q: a block that wrote its outputs counts itself in (threadfence reduction,
-// as above); the last of the sequence's blocks of KV heads quantizes the sequence's output row as
-// quantize_fp8_rows does (the same max |x| and codes: fp8.cu), so no kernel of its own follows.
-// smem is the block's stage memory, free by now.
-__device__ __forceinline__ void fp8_row_in_last_block(const AttentionParams& p, int b, int q_begin,
-                                                      unsigned char* smem) {
-  int* s_last = reinterpret_cast<int*>(smem);
-  float* scratch = reinterpret_cast<float*>(smem) + 32;
-  __threadfence();  // this block's outputs are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* counter = p.seq_counters + b;
-    const bool last = atomicAdd(counter, 1) == static_cast<int>(gridDim.x) - 1;
-    if (last) *counter = 0;  // every block of the sequence has arrived: ready for the next launch
-    *s_last = last;
-  }
-  __syncthreads();
-  if (!*s_last) return;
-  __threadfence();
-  const int cols = p.num_q_heads * p.head_dim;  // a multiple of 8: head_dim is 64 or 128
-  const uint16_t* x = static_cast<const uint16_t*>(p.out) + int64_t{q_begin} * cols;
-  float amax = 0.0f;
-  for (int j = 8 * threadIdx.x; j < cols; j += 8 * blockDim.x) {
-    float f[8];
-    unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(x + j)), f);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i]));
-  }
-  amax = block_max(amax, scratch);
-  const float inv = fp8_row_inv(amax);
-  uint8_t* q = p.fp8_q + int64_t{q_begin} * cols;
-  for (int j = 8 * threadIdx.x; j < cols; j += 8 * blockDim.x) {
-    float f[8];
-    unpack_bf16x8(__ldcg(reinterpret_cast<const uint4*>(x + j)), f);
-    store_e4m3x8(q + j, f, inv);
-  }
-  if (threadIdx.x == 0) p.fp8_scale[q_begin] = fp8_row_scale(amax);
 }
 
 }  // namespace serve8

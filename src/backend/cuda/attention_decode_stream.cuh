@@ -147,9 +147,6 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // Under a programmatic dependent launch the kernel before this one may still be running (or its
   // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // With FP8 rows (o_proj's input) the skinny GEMM after this kernel may start streaming its
-  // weights once every block here has started; it waits for this grid before reading the rows.
-  if (p.fp8_q) allow_dependent_launch();
   DecodeBlock w;
   if (!decode_block(p, w)) return;
   const int half = threadIdx.x / 128;  // the block's head this warp serves
@@ -528,9 +525,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     uint16_t* out = static_cast<uint16_t*>(p.out) + (int64_t{q_begin} * p.num_q_heads + h * g) * kD;
     for (int j = warp; j < g; j += 4) hadamard_row<kD / 32>(rotated + j * kD, mean, p.rotate_norm, out + j * kD);
   }
-  const bool wrote =
-      w.n_split == 1 || merge_splits_in_last_block<kD, kHeads, L::kRowParams>(p, w.b, w.n_split, g, smem);
-  if (p.fp8_q && wrote) fp8_row_in_last_block(p, w.b, q_begin, smem);
+  if (w.n_split > 1) merge_splits_in_last_block<kD, kHeads, L::kRowParams>(p, w.b, w.n_split, g, smem);
 }
 
 // Sets the kernel's shared-memory attributes once per instantiation (before any graph capture: the

@@ -61,8 +61,7 @@ void AttentionUnit::reserve(int max_seqs, int num_q_heads, int num_kv_heads, int
     const AttentionShape s = shape_for(t);
     for (int b = 1; b <= max_seqs_; ++b) floats = std::max(floats, plan_decode(b, s, options_).partial_floats(b, s));
   }
-  // Split counters, one per (sequence, KV head), then one per sequence for the FP8 rows.
-  const size_t counters = static_cast<size_t>(max_seqs_) * static_cast<size_t>(num_kv_heads + 1);
+  const size_t counters = static_cast<size_t>(max_seqs_) * static_cast<size_t>(num_kv_heads);
   if (floats <= partial_floats_ && counters <= num_counters_) return;
   SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued launches may still use the old ones
   if (floats > partial_floats_) {
@@ -115,10 +114,6 @@ void AttentionUnit::run(AttentionParams p, const Plan& plan, const int32_t* work
     p.partial_o = partials_;
     p.partial_lse = partials_ + rows * static_cast<size_t>(p.head_dim);
     p.split_counters = counters_;
-  }
-  if (p.fp8_q) {
-    SERVE8_CHECK(plan.prefill.num_work == 0, "attention: FP8 rows come with decode-only launches");
-    p.seq_counters = counters_ + static_cast<size_t>(max_seqs_) * static_cast<size_t>(num_kv_heads_);
   }
   launch_attention_decode(p, kv, stream_);
 }

@@ -50,7 +50,7 @@ class AttentionUnit {
   int blocks_per_sm_[kAttentionPoolDtypes][2] = {};
   float* partials_ = nullptr;  // split partials: o, then lse
   size_t partial_floats_ = 0;
-  int* counters_ = nullptr;  // per (sequence, KV head), then per sequence; zero between launches
+  int* counters_ = nullptr;  // one per (sequence, block of KV heads); zero between launches
   size_t num_counters_ = 0;
 };
 

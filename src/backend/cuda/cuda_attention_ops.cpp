@@ -331,7 +331,7 @@ void CudaBackend::reserve_rotation() {
 }
 
 void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
-                            Tensor out, const Fp8Rows* fp8) {
+                            Tensor out) {
   on_device();
   const OpScope profile(profiler_, "attention");
   constexpr const char* op = "attention";
@@ -350,15 +350,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   check_kv_matches_activations(kv.k.dtype, q.dtype, op);
   SERVE8_CHECK(std::isfinite(softmax_scale), "{}: softmax_scale is {}", op, softmax_scale);
   SERVE8_CHECK(aligned16(q.data) && aligned16(out.data), "{}: q and out must be 16-byte aligned", op);
-  const int64_t cols = hq * g.head_dim;
-  if (fp8) {
-    cuda_ops::check_dtype(fp8->q, DType::kFP8E4M3, op, "fp8.q");
-    cuda_ops::check_dtype(fp8->scale, DType::kF32, op, "fp8.scale");
-    SERVE8_CHECK(fp8->q.ndim == 2 && fp8->q.dim(0) == q.dim(0) && fp8->q.dim(1) == cols && fp8->scale.ndim == 1 &&
-                     fp8->scale.dim(0) == q.dim(0),
-                 "{}: FP8 rows {} and scales {} must be [{}, {}] and [{}]", op, fp8->q.shape_str(),
-                 fp8->scale.shape_str(), q.dim(0), cols, q.dim(0));
-  }
   const int group = static_cast<int>(hq / g.heads);
   const bool f32 = q.dtype == DType::kF32;
   // fp32 runs the generic kernel only: an unsupported head dim is an error, never a slow path.
@@ -396,28 +387,8 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   p.num_kv_heads = static_cast<int>(g.heads);
   p.head_dim = static_cast<int>(g.head_dim);
   p.softmax_scale = softmax_scale;
-  // FP8 rows for o_proj: a decode-only launch's last block of each sequence writes them
-  // (attention_decode.cuh, 8 codes a store), anything else quantizes the output after.
-  const bool fp8_in_decode =
-      fp8 && fast && plan_.prefill.num_work == 0 && (reinterpret_cast<uintptr_t>(fp8->q.data) & 7u) == 0;
-  const auto fp8_after = [&] {
-    if (!fp8 || fp8_in_decode) return;
-    Fp8QuantParams f;
-    f.dtype = out.dtype;
-    f.x = out.data;
-    f.q = fp8->q.ptr<uint8_t>();
-    f.scale = fp8->scale.ptr<float>();
-    f.rows = out.dim(0);
-    f.cols = cols;
-    launch_quantize_fp8_rows(f, stream_);
-  };
-  if (fp8_in_decode) {
-    p.fp8_q = fp8->q.ptr<uint8_t>();
-    p.fp8_scale = fp8->scale.ptr<float>();
-  }
   if (!fast) {
     launch_attention_generic(p, kv.k.dtype, stream_);
-    fp8_after();
     return;
   }
 
@@ -427,7 +398,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
                op, hq, dtype_name(kv.k.dtype), attention_->num_q_heads(), dtype_name(plan_.shape.kv_dtype));
   if (!kv_dtype_is_rotated(kv.k.dtype)) {
     attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
-    fp8_after();
     return;
   }
   // int8/int4 rows are rotated by H: q . k = (H q) . (H k), and the output comes back as H o (its
@@ -437,7 +407,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
     p.rotate_norm = hadamard_norm(g.head_dim);
     p.v_mean = kv.v_mean.ptr<const float>();
     attention_->run(p, plan_, fixed_.out.work_seq, fixed_.out.work_row0);
-    fp8_after();
     return;
   }
   const size_t q_bytes = static_cast<size_t>(q.numel()) * 2;
@@ -458,7 +427,6 @@ void CudaBackend::attention(const Tensor& q, const KvLayer& kv, const DeviceBatc
   h.x = h.out = out.data;
   h.mean = kv.v_mean.ptr<const float>();
   launch_hadamard_rows(h, stream_);
-  fp8_after();
 }
 
 }  // namespace serve8

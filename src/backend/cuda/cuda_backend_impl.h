@@ -90,8 +90,8 @@ class CudaBackend final : public Backend {
   void kv_store(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const KvLayer& kv) override;
   void rope_kv_store(Tensor qkv, Tensor q, const Tensor& positions, const Tensor& inv_freq, const DeviceBatch& batch,
                      const KvLayer& kv) override;
-  void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale, Tensor out,
-                 const Fp8Rows* fp8 = nullptr) override;
+  void attention(const Tensor& q, const KvLayer& kv, const DeviceBatch& batch, float softmax_scale,
+                 Tensor out) override;
   void silu_mul(const Tensor& gate_up, Tensor out, const Fp8Rows* fp8 = nullptr) override;
   void gather_rows(const Tensor& x, const Tensor& rows, Tensor out) override;
   void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, int32_t* out_ids) override;
