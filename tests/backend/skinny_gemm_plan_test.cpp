@@ -78,5 +78,48 @@ TEST(SkinnyGemmPlan, ForcedSplitsAreClampedToTheKBlocks) {
   EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4100, 2).token_tile, 0);
 }
 
+SkinnyGemmShape h200_tma() {
+  SkinnyGemmShape s = h200();
+  s.tma_blocks_per_sm = 2;
+  return s;
+}
+
+TEST(SkinnyGemmPlan, TmaKernelTakes17To64E4m3Rows) {
+  EXPECT_FALSE(plan_skinny_gemm(16, 4096, 4096, h200_tma()).tma);
+  EXPECT_EQ(plan_skinny_gemm(16, 4096, 4096, h200_tma()).token_tile, 16);
+  const int64_t cases[][2] = {{17, 32}, {32, 32}, {33, 64}, {64, 64}};
+  for (const auto& [m, tile] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(m, 4096, 4096, h200_tma());
+    EXPECT_TRUE(p.tma) << m;
+    EXPECT_EQ(p.token_tile, tile) << m;
+    EXPECT_EQ(p.token_tiles, 1) << m;
+    EXPECT_EQ(p.workspace_bytes, 0u) << m;
+  }
+  EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200_tma()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 4104, h200_tma()).token_tile, 0);  // K % 16
+  // bf16 tokens never take it.
+  SkinnyGemmShape bf16 = h200_bf16();
+  bf16.tma_blocks_per_sm = 0;
+  EXPECT_FALSE(plan_skinny_gemm(40, 4096, 4096, bf16).tma);
+}
+
+TEST(SkinnyGemmPlan, TmaSplitsFillTheSlotsWithinAClusterAndCoverK) {
+  // (N, K, splits): Llama-3-8B's o has 32 tiles of 128 channels, 264 slots: 8 splits of 4 K
+  // blocks; gate_up's 224 tiles fill the slots unsplit; Llama-2-13B's o 40 tiles: 6 splits.
+  const int64_t cases[][3] = {{4096, 4096, 8},  {6144, 4096, 5},  {28672, 4096, 1}, {4096, 14336, 8},
+                              {5120, 5120, 6},  {15360, 5120, 2}, {57344, 8192, 1}, {8192, 28672, 4},
+                              {64, 16, 1},      {100, 48, 1},     {960, 576, 5}};
+  for (const auto& [n, k, splits] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(64, n, k, h200_tma());
+    ASSERT_TRUE(p.tma) << n << "x" << k;
+    EXPECT_EQ(p.tiles_n, (n + kSkinnyTmaTileN - 1) / kSkinnyTmaTileN);
+    EXPECT_EQ(p.kblocks, (k + kSkinnyTmaBlockK - 1) / kSkinnyTmaBlockK);
+    EXPECT_EQ(p.splits, splits) << n << "x" << k;
+    EXPECT_LE(p.splits, kSkinnyTmaMaxSplits);
+    EXPECT_GE(int64_t{p.splits} * p.kblocks_per_split, p.kblocks);
+    EXPECT_LT(int64_t{p.splits - 1} * p.kblocks_per_split, p.kblocks) << "an empty split";
+  }
+}
+
 }  // namespace
 }  // namespace serve8::test

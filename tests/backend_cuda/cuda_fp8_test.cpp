@@ -108,7 +108,8 @@ std::vector<float> checked_channels(const std::vector<float>& all, int64_t m, co
 TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
   // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 16 takes the skinny
-  // kernel (token tiles of 8 and 16 rows), the others cuBLASLt.
+  // kernel (token tiles of 8 and 16 rows), 17-64 its TMA kernel (32 and 64; clusters of 1-8 K
+  // splits on these shapes), 200 cuBLASLt.
   constexpr int64_t kChecked = 256;
   const auto codes = [this](int64_t n) { return random_e4m3(rng_, n); };
   for (const WeightShape& s : kLlamaShapes) {
@@ -117,7 +118,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{200}}) {
+    for (const int64_t m : {1, 3, 9, 16, 17, 32, 33, 64, 200}) {
       HostArray xq = codes(m * s.k);
       std::vector<float> xsv(static_cast<size_t>(m));
       for (float& f : xsv) f = rng_.uniform(0.002f, 0.02f);
@@ -204,7 +205,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
   const int64_t n = 48, k = 64;
-  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{17}}) {  // the skinny kernel, then cuBLASLt
+  for (const int64_t m : {1, 5, 17, 40, 65}) {  // the skinny kernel, its TMA kernel, then cuBLASLt
     HostArray xq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(m * k), 50.0f));
     HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
     HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));

@@ -25,10 +25,27 @@ SkinnyGemmPlan make_plan(int64_t m, int64_t n, int64_t k, int64_t per_split) {
   return p;
 }
 
+SkinnyGemmPlan plan_tma(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape) {
+  SkinnyGemmPlan p;
+  p.tma = true;
+  p.token_tile = m <= 32 ? 32 : 64;
+  p.token_tiles = 1;
+  p.tiles_n = static_cast<int>((n + kSkinnyTmaTileN - 1) / kSkinnyTmaTileN);
+  p.kblocks = static_cast<int>((k + kSkinnyTmaBlockK - 1) / kSkinnyTmaBlockK);
+  const int64_t slots = int64_t{shape.sms} * shape.tma_blocks_per_sm;
+  const int64_t splits = std::clamp<int64_t>(slots / p.tiles_n, 1, std::min(kSkinnyTmaMaxSplits, p.kblocks));
+  p.kblocks_per_split = static_cast<int>((p.kblocks + splits - 1) / splits);
+  p.splits = (p.kblocks + p.kblocks_per_split - 1) / p.kblocks_per_split;
+  return p;
+}
+
 }  // namespace
 
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape) {
-  if (!takes(m, n, k, shape.max_rows) || shape.sms < 1) return {};
+  if (shape.sms < 1) return {};
+  if (shape.tma_blocks_per_sm > 0 && m > shape.max_rows && m <= kSkinnyTmaMaxRows && n >= 1 && k >= 16 && k % 16 == 0)
+    return plan_tma(m, n, k, shape);
+  if (!takes(m, n, k, shape.max_rows)) return {};
   const int64_t slots = int64_t{shape.sms} * std::max(1, shape.blocks_per_sm);
   // Cost in K blocks' time for the busiest slot: waves of blocks times each block's K blocks and
   // fill, plus one for reading the partials back.

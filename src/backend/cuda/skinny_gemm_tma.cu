@@ -1,0 +1,295 @@
+// The skinny FP8 GEMM for 17-64 e4m3 token rows (skinny_gemm.h). One producer warp streams
+// stages of 128 weight rows and the token rows, 128 K bytes each, by TMA into 128-byte-swizzled
+// shared memory, each stage guarded by a full and an empty mbarrier; two consumer warpgroups
+// multiply 64 weight rows each with wgmma m64nXk32 e4m3. A tile's K splits are one cluster: each
+// block leaves its sums in its own shared memory and adds a share of the tile from all of them.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/skinny_gemm_tma.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kConsumers = 2;                          // warpgroups of 64 weight rows
+constexpr int kThreads = kConsumers * 128 + 32;        // and one producer warp
+constexpr int kBlockK = kSkinnyTmaBlockK;              // bytes: one swizzle row
+constexpr int kWeightBytes = kSkinnyTmaTileN * kBlockK;  // a stage's weights
+
+constexpr int stage_bytes(int nt) { return kWeightBytes + nt * kBlockK; }
+// About 110 KB of stages, two blocks an SM: ~190 KB of each SM's reads in flight.
+constexpr int stages_for(int nt) { return std::clamp(110 * 1024 / stage_bytes(nt), 2, 8); }
+// The stages, 1 KB for aligning them and the barriers.
+constexpr int smem_bytes(int nt) { return stages_for(nt) * stage_bytes(nt) + 1024 + 2 * 8 * stages_for(nt); }
+
+struct TmaParams {
+  CUtensorMap w_map;  // [N, K] bytes, boxes of 128 rows x 128 bytes
+  CUtensorMap x_map;  // [M, K] bytes, boxes of token_tile rows x 128 bytes
+  SkinnyGemmArgs a;
+  int kblocks = 0, kblocks_per_split = 0, splits = 0;
+};
+
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// A box of the map at (K byte c0, row c1) into shared memory, counted on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster_f32(uint32_t addr, unsigned rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT / 2], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3<32>(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<64>(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b));
+}
+
+// Consumer thread t (of 256) register i holds channel 64 (t / 128) + 16 (t / 32 % 4) + (t % 32) / 4
+// + 8 (i % 4 / 2) and token 8 (i / 4) + 2 (t % 4) + i % 2 (wgmma's m64nX accumulator layout).
+__device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0, int t, int i, float v) {
+  const int e = i & 3, lane = t & 31;
+  const int64_t ch = row0 + 64 * (t >> 7) + 16 * ((t >> 5) & 3) + (lane >> 2) + 8 * (e >> 1);
+  const int64_t tok = 8 * (i >> 2) + 2 * (lane & 3) + (e & 1);
+  if (ch >= a.n || tok >= a.m) return;
+  float b = 0.0f;
+  if (a.bias)
+    b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
+                   : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
+  const float r = v * a.x_scale[tok] * a.w_scale[ch] + b;
+  if (a.out_f32) {
+    static_cast<float*>(a.out)[tok * a.n + ch] = r;
+  } else {
+    static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
+  }
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_constant__ TmaParams p) {
+  constexpr int kStages = stages_for(NT), kStageBytes = stage_bytes(NT), kRegs = NT / 2;
+  extern __shared__ uint8_t smem_raw[];
+  // Swizzled boxes need 1024-byte alignment; the barriers follow the stages.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = (raw + 1023u) & ~1023u;
+  float* const sums = reinterpret_cast<float*>(smem_raw + (smem - raw));
+  const uint32_t full = smem + kStages * kStageBytes, empty = full + 8 * kStages;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5;
+  const int tile = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.z);
+  const int kb0 = split * p.kblocks_per_split;
+  const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
+  const int row0 = tile * kSkinnyTmaTileN;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  allow_dependent_launch();
+
+  float d[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) d[i] = 0.0f;
+
+  if (warp == kConsumers * 4) {
+    if ((tid & 31) == 0) {
+      // Weights are never written by a step: the first stages' are requested before waiting for
+      // the kernel before this one (programmatic launch), the tokens after.
+      const int first = min(kStages, nkb);
+      for (int s = 0; s < first; ++s) {
+        mbar_expect(full + 8 * s, kStageBytes);
+        tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kBlockK, row0, full + 8 * s);
+      }
+      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+      for (int s = 0; s < first; ++s)
+        tma_load(smem + s * kStageBytes + kWeightBytes, &p.x_map, (kb0 + s) * kBlockK, 0, full + 8 * s);
+      for (int i = kStages; i < nkb; ++i) {
+        const int s = i % kStages;
+        const uint32_t st = smem + s * kStageBytes;
+        mbar_wait(empty + 8 * s, ((i / kStages) + 1) & 1);
+        mbar_expect(full + 8 * s, kStageBytes);
+        tma_load(st, &p.w_map, (kb0 + i) * kBlockK, row0, full + 8 * s);
+        tma_load(st + kWeightBytes, &p.x_map, (kb0 + i) * kBlockK, 0, full + 8 * s);
+      }
+    }
+  } else {
+    // The output may still be read by the kernel before this one.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const int wg = warp >> 2;
+    for (int i = 0; i < nkb; ++i) {
+      const int s = i % kStages;
+      const uint32_t st = smem + s * kStageBytes;
+      mbar_wait(full + 8 * s, (i / kStages) & 1);
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 32; ++kk)
+        wgmma_e4m3<NT>(d, smem_desc(st + wg * 64 * kBlockK + kk * 32), smem_desc(st + kWeightBytes + kk * 32));
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      if ((tid & 127) == 0) mbar_arrive(empty + 8 * s);
+    }
+  }
+
+  const int t = tid;  // consumer thread index where t < 256
+  if (p.splits == 1) {
+    if (t < kConsumers * 128) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) store_out(p.a, row0, t, i, d[i]);
+    }
+    return;
+  }
+  // Every stage has been multiplied: its memory holds the sums, [register][consumer thread].
+  __syncthreads();
+  constexpr int kTile = kRegs * kConsumers * 128;
+  if (t < kConsumers * 128) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) sums[i * kConsumers * 128 + t] = d[i];
+  }
+  cluster_sync();
+  // Block `split` of the cluster adds its share of the tile over the splits, in split order.
+  const int share = (kTile + p.splits - 1) / p.splits;
+  const int end = min(kTile, (split + 1) * share);
+  for (int idx = split * share + tid; idx < end; idx += kThreads) {
+    float v = 0.0f;
+    for (int s = 0; s < p.splits; ++s) v += ld_cluster_f32(smem + 4 * idx, static_cast<unsigned>(s));
+    store_out(p.a, row0, idx % (kConsumers * 128), idx / (kConsumers * 128), v);
+  }
+  // No block leaves while another still reads its shared memory.
+  cluster_sync();
+}
+
+// The driver's tensor map encoder, or null (then every launch is refused and cuBLASLt runs).
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major [rows, k] byte matrix in boxes of box_rows x 128 bytes, 128-byte swizzled; rows and
+// K past the matrix read as zeros.
+bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+  return fn && fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int NT>
+int prepare() {
+  SERVE8_CUDA_CHECK(
+      cudaFuncSetAttribute(skinny_fp8_tma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT)));
+  int blocks = 0;
+  SERVE8_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_tma_kernel<NT>, kThreads, smem_bytes(NT)));
+  return blocks;
+}
+
+template <int NT>
+void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), 1, static_cast<unsigned>(plan.splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes(NT);
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT>, p));
+}
+
+}  // namespace
+
+int prepare_skinny_tma() { return std::min(prepare<32>(), prepare<64>()); }
+
+bool run_skinny_tma(const SkinnyGemmArgs& a, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  if (!plan.tma || a.x_bf16 || !a.x_scale || a.m > plan.token_tile || plan.splits < 1 ||
+      plan.splits > kSkinnyTmaMaxSplits || a.k % 16 != 0)
+    return false;
+  TmaParams p;
+  if (!encode(&p.w_map, a.w, a.n, a.k, kSkinnyTmaTileN) || !encode(&p.x_map, a.x, a.m, a.k, plan.token_tile))
+    return false;
+  p.a = a;
+  p.kblocks = plan.kblocks;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  p.splits = plan.splits;
+  if (plan.token_tile == 32) {
+    launch<32>(p, plan, stream);
+  } else {
+    launch<64>(p, plan, stream);
+  }
+  return true;
+}
+
+}  // namespace serve8
