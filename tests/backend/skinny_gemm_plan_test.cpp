@@ -97,6 +97,7 @@ TEST(SkinnyGemmPlan, TmaKernelTakes17To64E4m3Rows) {
   }
   EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200_tma()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(32, 4096, 4104, h200_tma()).token_tile, 0);  // K % 16
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 112, h200_tma()).token_tile, 0);   // K under one stage
   // bf16 tokens never take it.
   SkinnyGemmShape bf16 = h200_bf16();
   bf16.tma_blocks_per_sm = 0;
@@ -108,7 +109,7 @@ TEST(SkinnyGemmPlan, TmaSplitsFillTheSlotsWithinAClusterAndCoverK) {
   // blocks; gate_up's 224 tiles fill the slots unsplit; Llama-2-13B's o 40 tiles: 6 splits.
   const int64_t cases[][3] = {{4096, 4096, 8},  {6144, 4096, 5},  {28672, 4096, 1}, {4096, 14336, 8},
                               {5120, 5120, 6},  {15360, 5120, 2}, {57344, 8192, 1}, {8192, 28672, 4},
-                              {64, 16, 1},      {100, 48, 1},     {960, 576, 5}};
+                              {100, 128, 1},    {200, 256, 2},    {960, 576, 5}};
   for (const auto& [n, k, splits] : cases) {
     const SkinnyGemmPlan p = plan_skinny_gemm(64, n, k, h200_tma());
     ASSERT_TRUE(p.tma) << n << "x" << k;

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 
@@ -204,7 +206,8 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
 }
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
-  const int64_t n = 48, k = 64;
+  // Two channel tiles, the second part past N, and two K splits for the TMA kernel.
+  const int64_t n = 200, k = 256;
   for (const int64_t m : {1, 5, 17, 40, 65}) {  // the skinny kernel, its TMA kernel, then cuBLASLt
     HostArray xq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(m * k), 50.0f));
     HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
@@ -227,6 +230,39 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
     EXPECT_THROW(gpu_->gemm_fp8(dxq.view({m, 8}), dxs.view({m}), dwq.view({n, 8}), dws.view({n}), nullptr,
                                 out.view(DType::kBF16, {m, n})),
                  Error);
+  }
+}
+
+// 17-64 e4m3 rows take the TMA kernel itself (a refused launch would leave the output to cuBLASLt
+// and the tests above would not tell): a cluster of 8 K splits, and one unsplit tile.
+TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  SkinnyFp8Gemm skinny(sms);
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{40, 512, 4096}, {24, 96, 384}}) {
+    const SkinnyGemmPlan plan = skinny.plan(m, n, k);
+    ASSERT_TRUE(plan.tma) << m << "x" << n << "x" << k;
+    HostArray xq = random_e4m3(rng_, m * k), wq = random_e4m3(rng_, n * k);
+    HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));
+    HostArray ws(DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.003f)), ref(DType::kF32, size_t(m * n));
+    cpu_->gemm_fp8(xq.view({m, k}), xs.view({m}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
+    auto dxq = to_device(*gpu_, xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs), dws = to_device(*gpu_, ws);
+    Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
+    poison(*gpu_, out.data(), out.bytes());
+    SkinnyGemmArgs a;
+    a.x = dxq.buf.data();
+    a.w = static_cast<const uint8_t*>(dwq.buf.data());
+    a.x_scale = static_cast<const float*>(dxs.buf.data());
+    a.w_scale = static_cast<const float*>(dws.buf.data());
+    a.out = out.data();
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's copies are on its own stream
+    ASSERT_TRUE(skinny.run(a, plan, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values(), ref.values()), 4e-3)
+        << m << "x" << n << "x" << k << ", " << plan.splits << " splits";
   }
 }
 

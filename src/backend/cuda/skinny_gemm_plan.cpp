@@ -43,7 +43,8 @@ SkinnyGemmPlan plan_tma(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& 
 
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape) {
   if (shape.sms < 1) return {};
-  if (shape.tma_blocks_per_sm > 0 && m > shape.max_rows && m <= kSkinnyTmaMaxRows && n >= 1 && k >= 16 && k % 16 == 0)
+  if (shape.tma_blocks_per_sm > 0 && m > shape.max_rows && m <= kSkinnyTmaMaxRows && n >= 1 &&
+      k >= kSkinnyTmaBlockK && k % 16 == 0)
     return plan_tma(m, n, k, shape);
   if (!takes(m, n, k, shape.max_rows)) return {};
   const int64_t slots = int64_t{shape.sms} * std::max(1, shape.blocks_per_sm);

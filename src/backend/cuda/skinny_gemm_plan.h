@@ -62,7 +62,7 @@ struct SkinnyGemmPlan {
 
 // Refuses (token_tile 0) M outside 1..shape.max_rows or K not a multiple of 16; splits K so that
 // the busiest SM streams the fewest K blocks, within the workspace. With shape.tma_blocks_per_sm,
-// max_rows + 1 to kSkinnyTmaMaxRows rows take the TMA kernel, its K split until its tiles fill the
+// max_rows + 1 to kSkinnyTmaMaxRows rows (K at least kSkinnyTmaBlockK) take the TMA kernel, its K split until its tiles fill the
 // SMs' slots (at most kSkinnyTmaMaxSplits).
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape);
 // The plan with about `splits` splits of K (clamped to 1..K blocks), for sweeps in bench_gemm.

@@ -32,6 +32,7 @@ struct TmaParams {
   CUtensorMap x_map;  // [M, K] bytes, boxes of token_tile rows x 128 bytes
   SkinnyGemmArgs a;
   int kblocks = 0, kblocks_per_split = 0, splits = 0;
+  unsigned stage_tx = 0;  // bytes the two boxes bring a stage
 };
 
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_c
       // the kernel before this one (programmatic launch), the tokens after.
       const int first = min(kStages, nkb);
       for (int s = 0; s < first; ++s) {
-        mbar_expect(full + 8 * s, kStageBytes);
+        mbar_expect(full + 8 * s, p.stage_tx);
         tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kBlockK, row0, full + 8 * s);
       }
       asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_c
         const int s = i % kStages;
         const uint32_t st = smem + s * kStageBytes;
         mbar_wait(empty + 8 * s, ((i / kStages) + 1) & 1);
-        mbar_expect(full + 8 * s, kStageBytes);
+        mbar_expect(full + 8 * s, p.stage_tx);
         tma_load(st, &p.w_map, (kb0 + i) * kBlockK, row0, full + 8 * s);
         tma_load(st + kWeightBytes, &p.x_map, (kb0 + i) * kBlockK, 0, full + 8 * s);
       }
@@ -228,7 +229,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 }
 
 // A row-major [rows, k] byte matrix in boxes of box_rows x 128 bytes, 128-byte swizzled; rows and
-// K past the matrix read as zeros.
+// K past the matrix read as zeros. A box is never taller than the matrix: the rows a tile has
+// beyond it are left as they were and reach only outputs that are not written.
 bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
@@ -274,12 +276,14 @@ void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream)
 int prepare_skinny_tma() { return std::min(prepare<32>(), prepare<64>()); }
 
 bool run_skinny_tma(const SkinnyGemmArgs& a, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  if (!plan.tma || a.x_bf16 || !a.x_scale || a.m > plan.token_tile || plan.splits < 1 ||
-      plan.splits > kSkinnyTmaMaxSplits || a.k % 16 != 0)
+  if (!plan.tma || a.x_bf16 || !a.x_scale || a.m < 1 || a.m > plan.token_tile || a.n < 1 || plan.splits < 1 ||
+      plan.splits > kSkinnyTmaMaxSplits || a.k < kBlockK || a.k % 16 != 0)
     return false;
   TmaParams p;
-  if (!encode(&p.w_map, a.w, a.n, a.k, kSkinnyTmaTileN) || !encode(&p.x_map, a.x, a.m, a.k, plan.token_tile))
-    return false;
+  const int w_rows = static_cast<int>(std::min<int64_t>(kSkinnyTmaTileN, a.n));
+  const int x_rows = static_cast<int>(std::min<int64_t>(plan.token_tile, a.m));
+  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows) || !encode(&p.x_map, a.x, a.m, a.k, x_rows)) return false;
+  p.stage_tx = static_cast<unsigned>((w_rows + x_rows) * kBlockK);
   p.a = a;
   p.kblocks = plan.kblocks;
   p.kblocks_per_split = plan.kblocks_per_split;
