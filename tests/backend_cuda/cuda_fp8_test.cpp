@@ -239,7 +239,7 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   SkinnyFp8Gemm skinny(sms);
-  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{40, 512, 4096}, {24, 96, 384}}) {
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{40, 512, 4096}, {24, 96, 128}}) {
     const SkinnyGemmPlan plan = skinny.plan(m, n, k);
     ASSERT_TRUE(plan.tma) << m << "x" << n << "x" << k;
     HostArray xq = random_e4m3(rng_, m * k), wq = random_e4m3(rng_, n * k);
