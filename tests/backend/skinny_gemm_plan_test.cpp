@@ -122,5 +122,15 @@ TEST(SkinnyGemmPlan, TmaSplitsFillTheSlotsWithinAClusterAndCoverK) {
   }
 }
 
+TEST(SkinnyGemmPlan, ForcedTmaSplitsAreClampedToTheClusterAndKBlocks) {
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 3).splits, 3);  // 11 + 11 + 10 K blocks of 128
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 3).kblocks_per_split, 11);
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 100).splits, kSkinnyTmaMaxSplits);
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 256, 8).splits, 2);
+  EXPECT_EQ(skinny_tma_with_splits(32, 4096, 4096, 0).splits, 1);
+  EXPECT_FALSE(skinny_tma_with_splits(16, 4096, 4096, 2).tma);
+  EXPECT_FALSE(skinny_tma_with_splits(65, 4096, 4096, 2).tma);
+}
+
 }  // namespace
 }  // namespace serve8::test

@@ -67,5 +67,8 @@ struct SkinnyGemmPlan {
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape);
 // The plan with about `splits` splits of K (clamped to 1..K blocks), for sweeps in bench_gemm.
 SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits, int max_rows = kSkinnyMaxRows);
+// The TMA kernel's plan for 17-64 e4m3 rows with `splits` splits (clamped to 1..kSkinnyTmaMaxSplits
+// and the K blocks).
+SkinnyGemmPlan skinny_tma_with_splits(int64_t m, int64_t n, int64_t k, int splits);
 
 }  // namespace serve8

@@ -67,11 +67,15 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ float ld_cluster_f32(uint32_t addr, unsigned rank) {
+// 16 bytes of block `rank`'s shared memory at the address this block has them.
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr, unsigned rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
   return v;
 }
 
@@ -203,13 +207,32 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_c
     for (int i = 0; i < kRegs; ++i) sums[i * kConsumers * 128 + t] = d[i];
   }
   cluster_sync();
-  // Block `split` of the cluster adds its share of the tile over the splits, in split order.
-  const int share = (kTile + p.splits - 1) / p.splits;
-  const int end = min(kTile, (split + 1) * share);
-  for (int idx = split * share + tid; idx < end; idx += kThreads) {
-    float v = 0.0f;
-    for (int s = 0; s < p.splits; ++s) v += ld_cluster_f32(smem + 4 * idx, static_cast<unsigned>(s));
-    store_out(p.a, row0, idx % (kConsumers * 128), idx / (kConsumers * 128), v);
+  // Block `split` of the cluster adds its share of the tile over the splits, in split order, four
+  // floats at a time; every split's are requested before the first is added.
+  constexpr int kVecs = kTile / 4;
+  const int share = (kVecs + p.splits - 1) / p.splits;
+  const int end = min(kVecs, (split + 1) * share);
+  for (int v = split * share + tid; v < end; v += kThreads) {
+    float4 part[kSkinnyTmaMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kSkinnyTmaMaxSplits; ++s)
+      if (s < p.splits) part[s] = ld_cluster_f32x4(smem + 16 * v, static_cast<unsigned>(s));
+    float4 sum = part[0];
+#pragma unroll
+    for (int s = 1; s < kSkinnyTmaMaxSplits; ++s) {
+      if (s < p.splits) {
+        sum.x += part[s].x;
+        sum.y += part[s].y;
+        sum.z += part[s].z;
+        sum.w += part[s].w;
+      }
+    }
+    const float sums4[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int idx = 4 * v + e;
+      store_out(p.a, row0, idx % (kConsumers * 128), idx / (kConsumers * 128), sums4[e]);
+    }
   }
   // No block leaves while another still reads its shared memory.
   cluster_sync();
