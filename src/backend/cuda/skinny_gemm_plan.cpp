@@ -39,7 +39,8 @@ SkinnyGemmPlan plan_tma(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& 
   p.kblocks = static_cast<int>((k + kSkinnyTmaBlockK - 1) / kSkinnyTmaBlockK);
   const int64_t slots = int64_t{shape.sms} * shape.tma_blocks_per_sm;
   const int64_t splits =
-      std::clamp<int64_t>(want > 0 ? want : slots / p.tiles_n, 1, std::min(kSkinnyTmaMaxSplits, p.kblocks));
+      std::clamp<int64_t>(want > 0 ? want : std::min<int64_t>(slots / p.tiles_n, kSkinnyTmaPlanSplits), 1,
+                          std::min(kSkinnyTmaMaxSplits, p.kblocks));
   p.kblocks_per_split = static_cast<int>((p.kblocks + splits - 1) / splits);
   p.splits = (p.kblocks + p.kblocks_per_split - 1) / p.kblocks_per_split;
   return p;

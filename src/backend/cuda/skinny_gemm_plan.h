@@ -24,6 +24,8 @@ constexpr int kSkinnyTmaTileN = 128;
 constexpr int kSkinnyTmaBlockK = 128;  // K bytes a stage: one 128-byte swizzle row
 constexpr int kSkinnyTmaMaxRows = 64;
 constexpr int kSkinnyTmaMaxSplits = 8;  // the portable cluster size
+// Splits the plan chooses at most: bench_gemm timed 8 slower than 4 on every Llama shape.
+constexpr int kSkinnyTmaPlanSplits = 4;
 
 // The token tiles built (wgmma N), smallest first; a launch takes the smallest that holds M, or
 // several of the widest (bf16 tokens past 32 rows; a 64-wide tile was slower, bench/README.md).
