@@ -290,7 +290,7 @@ void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream)
   attrs[1].val.clusterDim.y = 1;
   attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
   config.attrs = attrs;
-  config.numAttrs = 2;
+  config.numAttrs = plan.splits > 1 ? 2 : 1;  // an unsplit tile needs no cluster
   SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT>, p));
 }
 
