@@ -98,8 +98,14 @@ TEST(SkinnyGemmPlan, TmaKernelTakes17To64E4m3Rows) {
   EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200_tma()).token_tile, 0);
   EXPECT_EQ(plan_skinny_gemm(32, 4096, 4104, h200_tma()).token_tile, 0);  // K % 16
   EXPECT_EQ(plan_skinny_gemm(32, 4096, 112, h200_tma()).token_tile, 0);   // K under one stage
-  // bf16 tokens never take it.
+  // bf16 tokens from 33 rows, in the 64-row tile; not where the kernel is not built for them.
   SkinnyGemmShape bf16 = h200_bf16();
+  bf16.tma_blocks_per_sm = 2;
+  bf16.tma_min_rows = 33;
+  EXPECT_FALSE(plan_skinny_gemm(32, 4096, 4096, bf16).tma);
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 4096, bf16).token_tile, 32);
+  EXPECT_TRUE(plan_skinny_gemm(33, 4096, 4096, bf16).tma);
+  EXPECT_EQ(plan_skinny_gemm(33, 4096, 4096, bf16).token_tile, 64);
   bf16.tma_blocks_per_sm = 0;
   EXPECT_FALSE(plan_skinny_gemm(40, 4096, 4096, bf16).tma);
 }
@@ -107,9 +113,9 @@ TEST(SkinnyGemmPlan, TmaKernelTakes17To64E4m3Rows) {
 TEST(SkinnyGemmPlan, TmaSplitsFillTheSlotsWithinAClusterAndCoverK) {
   // (N, K, splits): Llama-3-8B's o has 32 tiles of 128 channels, 264 slots: 4 splits (8 would
   // fill them); gate_up's 224 tiles fill the slots unsplit; Llama-2-13B's qkv 120 tiles: 2.
-  const int64_t cases[][3] = {{4096, 4096, 4},  {6144, 4096, 4},  {28672, 4096, 1}, {4096, 14336, 4},
-                              {5120, 5120, 4},  {15360, 5120, 2}, {57344, 8192, 1}, {8192, 28672, 4},
-                              {100, 128, 1},    {200, 256, 2},    {960, 576, 3}};
+  const int64_t cases[][3] = {{4096, 4096, 4}, {6144, 4096, 4},  {28672, 4096, 1}, {4096, 14336, 4},
+                              {5120, 5120, 4}, {15360, 5120, 2}, {57344, 8192, 1}, {8192, 28672, 4},
+                              {100, 128, 1},   {200, 256, 2},    {960, 576, 3}};
   for (const auto& [n, k, splits] : cases) {
     const SkinnyGemmPlan p = plan_skinny_gemm(64, n, k, h200_tma());
     ASSERT_TRUE(p.tma) << n << "x" << k;

@@ -162,7 +162,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    // Each token tile of the skinny kernel (8, 16, 32, 64 rows), then the widened matrix.
+    // Each token tile of the skinny kernel (8, 16, 32 rows), the TMA kernel (40, 64), then the widened matrix.
     for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{40}, int64_t{64}, int64_t{65}}) {
       HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * s.k), 2.0f));
       HostArray xf(DType::kF32, x.values()), ref(DType::kF32, static_cast<size_t>(m * kChecked));
@@ -233,26 +233,41 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
   }
 }
 
-// 17-64 e4m3 rows take the TMA kernel itself (a refused launch would leave the output to cuBLASLt
-// and the tests above would not tell): a cluster of 8 K splits, and one unsplit tile.
+// 17-64 e4m3 rows and 33-64 bf16 rows take the TMA kernel itself (a refused launch would leave the
+// output to cuBLASLt or the widened matrix, and the tests above would not tell): clusters of K
+// splits, and one unsplit tile.
 TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
   SkinnyFp8Gemm skinny(sms);
-  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{40, 512, 4096}, {24, 96, 128}}) {
-    const SkinnyGemmPlan plan = skinny.plan(m, n, k);
-    ASSERT_TRUE(plan.tma) << m << "x" << n << "x" << k;
+  struct Case {
+    int64_t m, n, k;
+    bool bf16;
+  };
+  for (const Case& c :
+       {Case{40, 512, 4096, false}, Case{24, 96, 128, false}, Case{48, 512, 4096, true}, Case{33, 200, 256, true}}) {
+    const int64_t m = c.m, n = c.n, k = c.k;
+    const SkinnyGemmPlan plan = skinny.plan(m, n, k, c.bf16);
+    ASSERT_TRUE(plan.tma) << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3");
     HostArray xq = random_e4m3(rng_, m * k), wq = random_e4m3(rng_, n * k);
+    HostArray xb(DType::kBF16, bf16_values(rng_.normals(static_cast<size_t>(m * k))));
     HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));
     HostArray ws(DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.003f)), ref(DType::kF32, size_t(m * n));
-    cpu_->gemm_fp8(xq.view({m, k}), xs.view({m}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
-    auto dxq = to_device(*gpu_, xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs), dws = to_device(*gpu_, ws);
+    if (c.bf16) {
+      HostArray xf(DType::kF32, xb.values());
+      cpu_->gemm_fp8_weights(xf.view({m, k}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
+    } else {
+      cpu_->gemm_fp8(xq.view({m, k}), xs.view({m}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
+    }
+    auto dx = to_device(*gpu_, c.bf16 ? xb : xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs),
+         dws = to_device(*gpu_, ws);
     Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
     poison(*gpu_, out.data(), out.bytes());
     SkinnyGemmArgs a;
-    a.x = dxq.buf.data();
+    a.x = dx.buf.data();
+    a.x_bf16 = c.bf16;
     a.w = static_cast<const uint8_t*>(dwq.buf.data());
-    a.x_scale = static_cast<const float*>(dxs.buf.data());
+    a.x_scale = c.bf16 ? nullptr : static_cast<const float*>(dxs.buf.data());
     a.w_scale = static_cast<const float*>(dws.buf.data());
     a.out = out.data();
     a.m = m;
@@ -262,7 +277,7 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
     ASSERT_TRUE(skinny.run(a, plan, nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values(), ref.values()), 4e-3)
-        << m << "x" << n << "x" << k << ", " << plan.splits << " splits";
+        << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3") << ", " << plan.splits << " splits";
   }
 }
 

@@ -50,7 +50,7 @@ SkinnyGemmPlan plan_tma(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& 
 
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape) {
   if (shape.sms < 1) return {};
-  if (shape.tma_blocks_per_sm > 0 && takes_tma(m, n, k, shape.max_rows + 1)) return plan_tma(m, n, k, shape);
+  if (shape.tma_blocks_per_sm > 0 && takes_tma(m, n, k, shape.tma_min_rows)) return plan_tma(m, n, k, shape);
   if (!takes(m, n, k, shape.max_rows)) return {};
   const int64_t slots = int64_t{shape.sms} * std::max(1, shape.blocks_per_sm);
   // Cost in K blocks' time for the busiest slot: waves of blocks times each block's K blocks and

@@ -1,10 +1,14 @@
-// The skinny FP8 GEMM for 17-64 e4m3 token rows (skinny_gemm.h). One producer warp streams
-// stages of 128 weight rows and the token rows, 128 K bytes each, by TMA into 128-byte-swizzled
-// shared memory, each stage guarded by a full and an empty mbarrier; two consumer warpgroups
-// multiply 64 weight rows each with wgmma m64nXk32 e4m3. A tile's K splits are one cluster: each
-// block leaves its sums in its own shared memory and adds a share of the tile from all of them.
+// The skinny FP8 GEMM for 17-64 e4m3 token rows and 33-64 bf16 ones (skinny_gemm.h). One producer
+// warp streams stages of 128 weight rows and the token rows, 128 K elements each, by TMA into
+// 128-byte-swizzled shared memory, each stage guarded by a full and an empty mbarrier; two consumer
+// warpgroups multiply 64 weight rows each: wgmma m64nXk32 e4m3 from shared memory, or for bf16
+// tokens m64nXk16 bf16 with the weights widened to bf16 in registers (exactly: e4m3 fits bf16). A tile's K splits are
+// one cluster: each block leaves its sums in its own shared memory and adds a share of the tile from all of them.
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,20 +20,24 @@
 namespace serve8 {
 namespace {
 
-constexpr int kConsumers = 2;                          // warpgroups of 64 weight rows
-constexpr int kThreads = kConsumers * 128 + 32;        // and one producer warp
-constexpr int kBlockK = kSkinnyTmaBlockK;              // bytes: one swizzle row
+constexpr int kConsumers = 2;                            // warpgroups of 64 weight rows
+constexpr int kThreads = kConsumers * 128 + 32;          // and one producer warp
+constexpr int kBlockK = kSkinnyTmaBlockK;                // bytes: one swizzle row
 constexpr int kWeightBytes = kSkinnyTmaTileN * kBlockK;  // a stage's weights
 
-constexpr int stage_bytes(int nt) { return kWeightBytes + nt * kBlockK; }
+// A stage: the weights, then the tokens' atoms of [NT rows][128 bytes] (two for bf16).
+constexpr int token_atoms(bool bf16) { return bf16 ? 2 : 1; }
+constexpr int stage_bytes(int nt, bool bf16) { return kWeightBytes + token_atoms(bf16) * nt * kBlockK; }
 // About 110 KB of stages, two blocks an SM: ~190 KB of each SM's reads in flight.
-constexpr int stages_for(int nt) { return std::clamp(110 * 1024 / stage_bytes(nt), 2, 8); }
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
 // The stages, 1 KB for aligning them and the barriers.
-constexpr int smem_bytes(int nt) { return stages_for(nt) * stage_bytes(nt) + 1024 + 2 * 8 * stages_for(nt); }
+constexpr int smem_bytes(int nt, bool bf16) {
+  return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024 + 2 * 8 * stages_for(nt, bf16);
+}
 
 struct TmaParams {
   CUtensorMap w_map;  // [N, K] bytes, boxes of 128 rows x 128 bytes
-  CUtensorMap x_map;  // [M, K] bytes, boxes of token_tile rows x 128 bytes
+  CUtensorMap x_map;  // [M, K] e4m3 or bf16, boxes of token_tile rows x 128 bytes
   SkinnyGemmArgs a;
   int kblocks = 0, kblocks_per_split = 0, splits = 0;
   unsigned stage_tx = 0;  // bytes the two boxes bring a stage
@@ -104,6 +112,61 @@ __device__ __forceinline__ void wgmma_e4m3<64>(float (&d)[32], uint64_t a, uint6
       : "l"(a), "l"(b));
 }
 
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// Two e4m3 codes (the lower byte first in K) as two bf16 (the lower half first), exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint16_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+// bf16 tokens, one stage: A of k16 step s is weight bytes 16s..16s+15 (chunk s of the 128-byte
+// row); thread (warp w, lane l) holds rows 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9),
+// the m64k16 register layout, rows that share their swizzle (row % 8 = l/4). B of step s: token
+// elements 16s..16s+15, in atom s / 4 at byte 32 (s % 4).
+template <int NT>
+__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t weights, uint32_t tokens) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = (static_cast<int>(threadIdx.x) >> 5) & 3, g = lane >> 2;
+  const uint32_t rows = weights + (warp * 16 + g) * kBlockK + 2 * (lane & 3);
+  constexpr int kSteps = kBlockK / 16;
+  uint32_t a[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint32_t q = rows + ((s ^ g) << 4);
+    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(q));
+    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK));
+    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8));
+    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK + 8));
+  }
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+    wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kBlockK) + (s & 3) * 32));
+}
+
 // Consumer thread t (of 256) register i holds channel 64 (t / 128) + 16 (t / 32 % 4) + (t % 32) / 4
 // + 8 (i % 4 / 2) and token 8 (i / 4) + 2 (t % 4) + i % 2 (wgmma's m64nX accumulator layout).
 __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0, int t, int i, float v) {
@@ -115,7 +178,7 @@ __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0,
   if (a.bias)
     b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
                    : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-  const float r = v * a.x_scale[tok] * a.w_scale[ch] + b;
+  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
   if (a.out_f32) {
     static_cast<float*>(a.out)[tok * a.n + ch] = r;
   } else {
@@ -123,9 +186,9 @@ __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0,
   }
 }
 
-template <int NT>
+template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_constant__ TmaParams p) {
-  constexpr int kStages = stages_for(NT), kStageBytes = stage_bytes(NT), kRegs = NT / 2;
+  constexpr int kStages = stages_for(NT, BF16), kStageBytes = stage_bytes(NT, BF16), kRegs = NT / 2;
   extern __shared__ uint8_t smem_raw[];
   // Swizzled boxes need 1024-byte alignment; the barriers follow the stages.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -162,15 +225,20 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_c
         tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kBlockK, row0, full + 8 * s);
       }
       asm volatile("griddepcontrol.wait;\n" ::: "memory");
-      for (int s = 0; s < first; ++s)
-        tma_load(smem + s * kStageBytes + kWeightBytes, &p.x_map, (kb0 + s) * kBlockK, 0, full + 8 * s);
+      // A stage's K elements: one 128-byte box of e4m3 tokens, two of bf16.
+      const auto load_tokens = [&](uint32_t st, int kb, uint32_t bar) {
+#pragma unroll
+        for (int j = 0; j < token_atoms(BF16); ++j)
+          tma_load(st + kWeightBytes + j * NT * kBlockK, &p.x_map, kb * kBlockK + j * (kBlockK / 2), 0, bar);
+      };
+      for (int s = 0; s < first; ++s) load_tokens(smem + s * kStageBytes, kb0 + s, full + 8 * s);
       for (int i = kStages; i < nkb; ++i) {
         const int s = i % kStages;
         const uint32_t st = smem + s * kStageBytes;
         mbar_wait(empty + 8 * s, ((i / kStages) + 1) & 1);
         mbar_expect(full + 8 * s, p.stage_tx);
         tma_load(st, &p.w_map, (kb0 + i) * kBlockK, row0, full + 8 * s);
-        tma_load(st + kWeightBytes, &p.x_map, (kb0 + i) * kBlockK, 0, full + 8 * s);
+        load_tokens(st, kb0 + i, full + 8 * s);
       }
     }
   } else {
@@ -181,10 +249,14 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_c
       const int s = i % kStages;
       const uint32_t st = smem + s * kStageBytes;
       mbar_wait(full + 8 * s, (i / kStages) & 1);
-      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+      if constexpr (BF16) {
+        multiply_bf16_stage<NT>(d, st + wg * 64 * kBlockK, st + kWeightBytes);
+      } else {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 32; ++kk)
-        wgmma_e4m3<NT>(d, smem_desc(st + wg * 64 * kBlockK + kk * 32), smem_desc(st + kWeightBytes + kk * 32));
+        for (int kk = 0; kk < kBlockK / 32; ++kk)
+          wgmma_e4m3<NT>(d, smem_desc(st + wg * 64 * kBlockK + kk * 32), smem_desc(st + kWeightBytes + kk * 32));
+      }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       if ((tid & 127) == 0) mbar_arrive(empty + 8 * s);
@@ -251,36 +323,37 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// A row-major [rows, k] byte matrix in boxes of box_rows x 128 bytes, 128-byte swizzled; rows and
-// K past the matrix read as zeros. A box is never taller than the matrix: the rows a tile has
-// beyond it are left as they were and reach only outputs that are not written.
-bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows) {
+// A row-major [rows, k] matrix of 1- or 2-byte elements in boxes of box_rows x 128 bytes, 128-byte
+// swizzled; rows and K past the matrix read as zeros. A box is never taller than the matrix: the
+// rows a tile has beyond it are left as they were and reach only outputs that are not written.
+bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows, int elem_bytes) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k * elem_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK / elem_bytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
-  return fn && fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, unit,
-                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return fn && fn(map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+                  const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int NT>
+template <int NT, bool BF16>
 int prepare() {
-  SERVE8_CUDA_CHECK(
-      cudaFuncSetAttribute(skinny_fp8_tma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT)));
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_tma_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes(NT, BF16)));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_tma_kernel<NT>, kThreads, smem_bytes(NT)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_tma_kernel<NT, BF16>, kThreads,
+                                                                  smem_bytes(NT, BF16)));
   return blocks;
 }
 
-template <int NT>
+template <int NT, bool BF16>
 void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), 1, static_cast<unsigned>(plan.splits));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_bytes(NT);
+  config.dynamicSmemBytes = smem_bytes(NT, BF16);
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -291,30 +364,35 @@ void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream)
   attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
   config.attrs = attrs;
   config.numAttrs = plan.splits > 1 ? 2 : 1;  // an unsplit tile needs no cluster
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT>, p));
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT, BF16>, p));
 }
 
 }  // namespace
 
-int prepare_skinny_tma() { return std::min(prepare<32>(), prepare<64>()); }
+int prepare_skinny_tma(bool x_bf16) {
+  return x_bf16 ? prepare<64, true>() : std::min(prepare<32, false>(), prepare<64, false>());
+}
 
 bool run_skinny_tma(const SkinnyGemmArgs& a, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  if (!plan.tma || a.x_bf16 || !a.x_scale || a.m < 1 || a.m > plan.token_tile || a.n < 1 || plan.splits < 1 ||
-      plan.splits > kSkinnyTmaMaxSplits || a.k < kBlockK || a.k % 16 != 0)
+  if (!plan.tma || (a.x_bf16 ? plan.token_tile != 64 : !a.x_scale) || a.m < 1 || a.m > plan.token_tile || a.n < 1 ||
+      plan.splits < 1 || plan.splits > kSkinnyTmaMaxSplits || a.k < kBlockK || a.k % 16 != 0)
     return false;
   TmaParams p;
   const int w_rows = static_cast<int>(std::min<int64_t>(kSkinnyTmaTileN, a.n));
   const int x_rows = static_cast<int>(std::min<int64_t>(plan.token_tile, a.m));
-  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows) || !encode(&p.x_map, a.x, a.m, a.k, x_rows)) return false;
-  p.stage_tx = static_cast<unsigned>((w_rows + x_rows) * kBlockK);
+  const int x_bytes = a.x_bf16 ? 2 : 1;
+  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows, 1) || !encode(&p.x_map, a.x, a.m, a.k, x_rows, x_bytes)) return false;
+  p.stage_tx = static_cast<unsigned>((w_rows + x_bytes * x_rows) * kBlockK);
   p.a = a;
   p.kblocks = plan.kblocks;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.splits = plan.splits;
-  if (plan.token_tile == 32) {
-    launch<32>(p, plan, stream);
+  if (a.x_bf16) {
+    launch<64, true>(p, plan, stream);
+  } else if (plan.token_tile == 32) {
+    launch<32, false>(p, plan, stream);
   } else {
-    launch<64>(p, plan, stream);
+    launch<64, false>(p, plan, stream);
   }
   return true;
 }
