@@ -273,7 +273,8 @@ int run(int argc, char** argv) {
       sa.n = n;
       sa.k = k;
       for (const int64_t splits : splits_list) {
-        const SkinnyGemmPlan plan = skinny_gemm_with_splits(m, n, k, static_cast<int>(splits));
+        SkinnyGemmPlan plan = skinny_gemm_with_splits(m, n, k, static_cast<int>(splits));
+        if (m > kSkinnyMaxRows) plan = skinny_tma_with_splits(m, n, k, static_cast<int>(splits));
         if (plan.token_tile == 0 || plan.splits != splits || plan.workspace_bytes > skinny.workspace_bytes()) continue;
         kernels.push_back({"skinny s" + std::to_string(splits), double(n * k), [&, sa, plan](int c) {
                              SkinnyGemmArgs g = sa;

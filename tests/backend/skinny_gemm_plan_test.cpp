@@ -78,5 +78,65 @@ TEST(SkinnyGemmPlan, ForcedSplitsAreClampedToTheKBlocks) {
   EXPECT_EQ(skinny_gemm_with_splits(1, 4096, 4100, 2).token_tile, 0);
 }
 
+SkinnyGemmShape h200_tma() {
+  SkinnyGemmShape s = h200();
+  s.tma_blocks_per_sm = 2;
+  return s;
+}
+
+TEST(SkinnyGemmPlan, TmaKernelTakes17To64E4m3Rows) {
+  EXPECT_FALSE(plan_skinny_gemm(16, 4096, 4096, h200_tma()).tma);
+  EXPECT_EQ(plan_skinny_gemm(16, 4096, 4096, h200_tma()).token_tile, 16);
+  const int64_t cases[][2] = {{17, 32}, {32, 32}, {33, 64}, {64, 64}};
+  for (const auto& [m, tile] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(m, 4096, 4096, h200_tma());
+    EXPECT_TRUE(p.tma) << m;
+    EXPECT_EQ(p.token_tile, tile) << m;
+    EXPECT_EQ(p.token_tiles, 1) << m;
+    EXPECT_EQ(p.workspace_bytes, 0u) << m;
+  }
+  EXPECT_EQ(plan_skinny_gemm(65, 4096, 4096, h200_tma()).token_tile, 0);
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 4104, h200_tma()).token_tile, 0);  // K % 16
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 112, h200_tma()).token_tile, 0);   // K under one stage
+  // bf16 tokens from 33 rows, in the 64-row tile; not where the kernel is not built for them.
+  SkinnyGemmShape bf16 = h200_bf16();
+  bf16.tma_blocks_per_sm = 2;
+  bf16.tma_min_rows = 33;
+  EXPECT_FALSE(plan_skinny_gemm(32, 4096, 4096, bf16).tma);
+  EXPECT_EQ(plan_skinny_gemm(32, 4096, 4096, bf16).token_tile, 32);
+  EXPECT_TRUE(plan_skinny_gemm(33, 4096, 4096, bf16).tma);
+  EXPECT_EQ(plan_skinny_gemm(33, 4096, 4096, bf16).token_tile, 64);
+  bf16.tma_blocks_per_sm = 0;
+  EXPECT_FALSE(plan_skinny_gemm(40, 4096, 4096, bf16).tma);
+}
+
+TEST(SkinnyGemmPlan, TmaSplitsFillTheSlotsWithinAClusterAndCoverK) {
+  // (N, K, splits): Llama-3-8B's o has 32 tiles of 128 channels, 264 slots: 4 splits (8 would
+  // fill them); gate_up's 224 tiles fill the slots unsplit; Llama-2-13B's qkv 120 tiles: 2.
+  const int64_t cases[][3] = {{4096, 4096, 4}, {6144, 4096, 4},  {28672, 4096, 1}, {4096, 14336, 4},
+                              {5120, 5120, 4}, {15360, 5120, 2}, {57344, 8192, 1}, {8192, 28672, 4},
+                              {100, 128, 1},   {200, 256, 2},    {960, 576, 3}};
+  for (const auto& [n, k, splits] : cases) {
+    const SkinnyGemmPlan p = plan_skinny_gemm(64, n, k, h200_tma());
+    ASSERT_TRUE(p.tma) << n << "x" << k;
+    EXPECT_EQ(p.tiles_n, (n + kSkinnyTmaTileN - 1) / kSkinnyTmaTileN);
+    EXPECT_EQ(p.kblocks, (k + kSkinnyTmaBlockK - 1) / kSkinnyTmaBlockK);
+    EXPECT_EQ(p.splits, splits) << n << "x" << k;
+    EXPECT_LE(p.splits, kSkinnyTmaPlanSplits);
+    EXPECT_GE(int64_t{p.splits} * p.kblocks_per_split, p.kblocks);
+    EXPECT_LT(int64_t{p.splits - 1} * p.kblocks_per_split, p.kblocks) << "an empty split";
+  }
+}
+
+TEST(SkinnyGemmPlan, ForcedTmaSplitsAreClampedToTheClusterAndKBlocks) {
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 3).splits, 3);  // 11 + 11 + 10 K blocks of 128
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 3).kblocks_per_split, 11);
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 4096, 100).splits, kSkinnyTmaMaxSplits);
+  EXPECT_EQ(skinny_tma_with_splits(64, 4096, 256, 8).splits, 2);
+  EXPECT_EQ(skinny_tma_with_splits(32, 4096, 4096, 0).splits, 1);
+  EXPECT_FALSE(skinny_tma_with_splits(16, 4096, 4096, 2).tma);
+  EXPECT_FALSE(skinny_tma_with_splits(65, 4096, 4096, 2).tma);
+}
+
 }  // namespace
 }  // namespace serve8::test

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "backend/backend.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "core/error.h"
 #include "cuda_test_util.h"
 
@@ -108,7 +110,8 @@ std::vector<float> checked_channels(const std::vector<float>& all, int64_t m, co
 TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
   // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 16 takes the skinny
-  // kernel (token tiles of 8 and 16 rows), the others cuBLASLt.
+  // kernel (token tiles of 8 and 16 rows), 17-64 its TMA kernel (32 and 64; clusters of 1-8 K
+  // splits on these shapes), 200 cuBLASLt.
   constexpr int64_t kChecked = 256;
   const auto codes = [this](int64_t n) { return random_e4m3(rng_, n); };
   for (const WeightShape& s : kLlamaShapes) {
@@ -117,7 +120,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{64}, int64_t{200}}) {
+    for (const int64_t m : {1, 3, 9, 16, 17, 32, 33, 64, 200}) {
       HostArray xq = codes(m * s.k);
       std::vector<float> xsv(static_cast<size_t>(m));
       for (float& f : xsv) f = rng_.uniform(0.002f, 0.02f);
@@ -159,7 +162,7 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
     for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
     HostArray ws(DType::kF32, wsv);
     auto dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    // Each token tile of the skinny kernel (8, 16, 32, 64 rows), then the widened matrix.
+    // Each token tile of the skinny kernel (8, 16, 32 rows), the TMA kernel (40, 64), then the widened matrix.
     for (const int64_t m : {int64_t{1}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{40}, int64_t{64}, int64_t{65}}) {
       HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * s.k), 2.0f));
       HostArray xf(DType::kF32, x.values()), ref(DType::kF32, static_cast<size_t>(m * kChecked));
@@ -203,8 +206,9 @@ TEST_F(CudaBackendTest, Fp8WeightOnlyGemmMatchesCpuOnLlamaShapes) {
 }
 
 TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
-  const int64_t n = 48, k = 64;
-  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{17}}) {  // the skinny kernel, then cuBLASLt
+  // Two channel tiles, the second part past N, and two K splits for the TMA kernel.
+  const int64_t n = 200, k = 256;
+  for (const int64_t m : {1, 5, 17, 40, 65}) {  // the skinny kernel, its TMA kernel, then cuBLASLt
     HostArray xq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(m * k), 50.0f));
     HostArray wq(DType::kFP8E4M3, rng_.normals(static_cast<size_t>(n * k), 50.0f));
     HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));
@@ -226,6 +230,54 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
     EXPECT_THROW(gpu_->gemm_fp8(dxq.view({m, 8}), dxs.view({m}), dwq.view({n, 8}), dws.view({n}), nullptr,
                                 out.view(DType::kBF16, {m, n})),
                  Error);
+  }
+}
+
+// 17-64 e4m3 rows and 33-64 bf16 rows take the TMA kernel itself (a refused launch would leave the
+// output to cuBLASLt or the widened matrix, and the tests above would not tell): clusters of K
+// splits, and one unsplit tile.
+TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  SkinnyFp8Gemm skinny(sms);
+  struct Case {
+    int64_t m, n, k;
+    bool bf16;
+  };
+  for (const Case& c :
+       {Case{40, 512, 4096, false}, Case{24, 96, 128, false}, Case{48, 512, 4096, true}, Case{33, 200, 256, true}}) {
+    const int64_t m = c.m, n = c.n, k = c.k;
+    const SkinnyGemmPlan plan = skinny.plan(m, n, k, c.bf16);
+    ASSERT_TRUE(plan.tma) << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3");
+    HostArray xq = random_e4m3(rng_, m * k), wq = random_e4m3(rng_, n * k);
+    HostArray xb(DType::kBF16, bf16_values(rng_.normals(static_cast<size_t>(m * k))));
+    HostArray xs(DType::kF32, std::vector<float>(static_cast<size_t>(m), 0.01f));
+    HostArray ws(DType::kF32, std::vector<float>(static_cast<size_t>(n), 0.003f)), ref(DType::kF32, size_t(m * n));
+    if (c.bf16) {
+      HostArray xf(DType::kF32, xb.values());
+      cpu_->gemm_fp8_weights(xf.view({m, k}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
+    } else {
+      cpu_->gemm_fp8(xq.view({m, k}), xs.view({m}), wq.view({n, k}), ws.view({n}), nullptr, ref.view({m, n}));
+    }
+    auto dx = to_device(*gpu_, c.bf16 ? xb : xq), dwq = to_device(*gpu_, wq), dxs = to_device(*gpu_, xs),
+         dws = to_device(*gpu_, ws);
+    Buffer out(*gpu_, static_cast<size_t>(m * n) * 2);
+    poison(*gpu_, out.data(), out.bytes());
+    SkinnyGemmArgs a;
+    a.x = dx.buf.data();
+    a.x_bf16 = c.bf16;
+    a.w = static_cast<const uint8_t*>(dwq.buf.data());
+    a.x_scale = c.bf16 ? nullptr : static_cast<const float*>(dxs.buf.data());
+    a.w_scale = static_cast<const float*>(dws.buf.data());
+    a.out = out.data();
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's copies are on its own stream
+    ASSERT_TRUE(skinny.run(a, plan, nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values(), ref.values()), 4e-3)
+        << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3") << ", " << plan.splits << " splits";
   }
 }
 

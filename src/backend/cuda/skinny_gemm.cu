@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/skinny_gemm.h"
+#include "backend/cuda/skinny_gemm_tma.h"
 
 namespace serve8 {
 namespace {
@@ -320,6 +321,8 @@ SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), works
   blocks_per_sm_[1][0] = prepare<8, true>();
   blocks_per_sm_[1][1] = prepare<16, true>();
   blocks_per_sm_[1][2] = prepare<32, true>();
+  tma_blocks_per_sm_[0] = prepare_skinny_tma(false);
+  tma_blocks_per_sm_[1] = prepare_skinny_tma(true);
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
   SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxSlots * sizeof(unsigned)));
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxSlots * sizeof(unsigned)));
@@ -336,6 +339,9 @@ SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16)
   shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
   shape.max_workspace_bytes = workspace_bytes_;
   shape.max_rows = x_bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows;
+  shape.tma_blocks_per_sm = tma_blocks_per_sm_[x_bf16 ? 1 : 0];
+  // bf16 tokens: the 32-row tile streams well (bench_gemm); two of them past 32 rows do not.
+  shape.tma_min_rows = x_bf16 ? 33 : kSkinnyMaxRows + 1;
   return plan_skinny_gemm(m, n, k, shape);
 }
 
@@ -345,6 +351,7 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16;
+  if (plan.tma) return run_skinny_tma(args, plan, stream);
   if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
       int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||
       int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))

@@ -1,0 +1,400 @@
+// The skinny FP8 GEMM for 17-64 e4m3 token rows and 33-64 bf16 ones (skinny_gemm.h). One producer
+// warp streams stages of 128 weight rows and the token rows, 128 K elements each, by TMA into
+// 128-byte-swizzled shared memory, each stage guarded by a full and an empty mbarrier; two consumer
+// warpgroups multiply 64 weight rows each: wgmma m64nXk32 e4m3 from shared memory, or for bf16
+// tokens m64nXk16 bf16 with the weights widened to bf16 in registers (exactly: e4m3 fits bf16). A tile's K splits are
+// one cluster: each block leaves its sums in its own shared memory and adds a share of the tile from all of them.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/skinny_gemm_tma.h"
+
+namespace serve8 {
+namespace {
+
+constexpr int kConsumers = 2;                            // warpgroups of 64 weight rows
+constexpr int kThreads = kConsumers * 128 + 32;          // and one producer warp
+constexpr int kBlockK = kSkinnyTmaBlockK;                // bytes: one swizzle row
+constexpr int kWeightBytes = kSkinnyTmaTileN * kBlockK;  // a stage's weights
+
+// A stage: the weights, then the tokens' atoms of [NT rows][128 bytes] (two for bf16).
+constexpr int token_atoms(bool bf16) { return bf16 ? 2 : 1; }
+constexpr int stage_bytes(int nt, bool bf16) { return kWeightBytes + token_atoms(bf16) * nt * kBlockK; }
+// About 110 KB of stages, two blocks an SM: ~190 KB of each SM's reads in flight.
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
+// The stages, 1 KB for aligning them and the barriers.
+constexpr int smem_bytes(int nt, bool bf16) {
+  return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024 + 2 * 8 * stages_for(nt, bf16);
+}
+
+struct TmaParams {
+  CUtensorMap w_map;  // [N, K] bytes, boxes of 128 rows x 128 bytes
+  CUtensorMap x_map;  // [M, K] e4m3 or bf16, boxes of token_tile rows x 128 bytes
+  SkinnyGemmArgs a;
+  int kblocks = 0, kblocks_per_split = 0, splits = 0;
+  unsigned stage_tx = 0;  // bytes the two boxes bring a stage
+};
+
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// A box of the map at (K byte c0, row c1) into shared memory, counted on bar.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// 16 bytes of block `rank`'s shared memory at the address this block has them.
+__device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr, unsigned rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(remote)
+               : "memory");
+  return v;
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[NT / 2], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3<32>(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3<64>(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b));
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// Two e4m3 codes (the lower byte first in K) as two bf16 (the lower half first), exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
+  const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3));
+  const float2 f = __half22float2(h);
+  const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+__device__ __forceinline__ uint16_t ld_shared_u16(uint32_t addr) {
+  uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+// bf16 tokens, one stage: A of k16 step s is weight bytes 16s..16s+15 (chunk s of the 128-byte
+// row); thread (warp w, lane l) holds rows 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9),
+// the m64k16 register layout, rows that share their swizzle (row % 8 = l/4). B of step s: token
+// elements 16s..16s+15, in atom s / 4 at byte 32 (s % 4).
+template <int NT>
+__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t weights, uint32_t tokens) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = (static_cast<int>(threadIdx.x) >> 5) & 3, g = lane >> 2;
+  const uint32_t rows = weights + (warp * 16 + g) * kBlockK + 2 * (lane & 3);
+  constexpr int kSteps = kBlockK / 16;
+  uint32_t a[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint32_t q = rows + ((s ^ g) << 4);
+    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(q));
+    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK));
+    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8));
+    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK + 8));
+  }
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+    wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kBlockK) + (s & 3) * 32));
+}
+
+// Consumer thread t (of 256) register i holds channel 64 (t / 128) + 16 (t / 32 % 4) + (t % 32) / 4
+// + 8 (i % 4 / 2) and token 8 (i / 4) + 2 (t % 4) + i % 2 (wgmma's m64nX accumulator layout).
+__device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0, int t, int i, float v) {
+  const int e = i & 3, lane = t & 31;
+  const int64_t ch = row0 + 64 * (t >> 7) + 16 * ((t >> 5) & 3) + (lane >> 2) + 8 * (e >> 1);
+  const int64_t tok = 8 * (i >> 2) + 2 * (lane & 3) + (e & 1);
+  if (ch >= a.n || tok >= a.m) return;
+  float b = 0.0f;
+  if (a.bias)
+    b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
+                   : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
+  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
+  if (a.out_f32) {
+    static_cast<float*>(a.out)[tok * a.n + ch] = r;
+  } else {
+    static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
+  }
+}
+
+template <int NT, bool BF16>
+__global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_constant__ TmaParams p) {
+  constexpr int kStages = stages_for(NT, BF16), kStageBytes = stage_bytes(NT, BF16), kRegs = NT / 2;
+  extern __shared__ uint8_t smem_raw[];
+  // Swizzled boxes need 1024-byte alignment; the barriers follow the stages.
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t smem = (raw + 1023u) & ~1023u;
+  float* const sums = reinterpret_cast<float*>(smem_raw + (smem - raw));
+  const uint32_t full = smem + kStages * kStageBytes, empty = full + 8 * kStages;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5;
+  const int tile = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.z);
+  const int kb0 = split * p.kblocks_per_split;
+  const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
+  const int row0 = tile * kSkinnyTmaTileN;
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  allow_dependent_launch();
+
+  float d[kRegs];
+#pragma unroll
+  for (int i = 0; i < kRegs; ++i) d[i] = 0.0f;
+
+  if (warp == kConsumers * 4) {
+    if ((tid & 31) == 0) {
+      // Weights are never written by a step: the first stages' are requested before waiting for
+      // the kernel before this one (programmatic launch), the tokens after.
+      const int first = min(kStages, nkb);
+      for (int s = 0; s < first; ++s) {
+        mbar_expect(full + 8 * s, p.stage_tx);
+        tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kBlockK, row0, full + 8 * s);
+      }
+      asm volatile("griddepcontrol.wait;\n" ::: "memory");
+      // A stage's K elements: one 128-byte box of e4m3 tokens, two of bf16.
+      const auto load_tokens = [&](uint32_t st, int kb, uint32_t bar) {
+#pragma unroll
+        for (int j = 0; j < token_atoms(BF16); ++j)
+          tma_load(st + kWeightBytes + j * NT * kBlockK, &p.x_map, kb * kBlockK + j * (kBlockK / 2), 0, bar);
+      };
+      for (int s = 0; s < first; ++s) load_tokens(smem + s * kStageBytes, kb0 + s, full + 8 * s);
+      for (int i = kStages; i < nkb; ++i) {
+        const int s = i % kStages;
+        const uint32_t st = smem + s * kStageBytes;
+        mbar_wait(empty + 8 * s, ((i / kStages) + 1) & 1);
+        mbar_expect(full + 8 * s, p.stage_tx);
+        tma_load(st, &p.w_map, (kb0 + i) * kBlockK, row0, full + 8 * s);
+        load_tokens(st, kb0 + i, full + 8 * s);
+      }
+    }
+  } else {
+    // The output may still be read by the kernel before this one.
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const int wg = warp >> 2;
+    for (int i = 0; i < nkb; ++i) {
+      const int s = i % kStages;
+      const uint32_t st = smem + s * kStageBytes;
+      mbar_wait(full + 8 * s, (i / kStages) & 1);
+      if constexpr (BF16) {
+        multiply_bf16_stage<NT>(d, st + wg * 64 * kBlockK, st + kWeightBytes);
+      } else {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk)
+          wgmma_e4m3<NT>(d, smem_desc(st + wg * 64 * kBlockK + kk * 32), smem_desc(st + kWeightBytes + kk * 32));
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+      if ((tid & 127) == 0) mbar_arrive(empty + 8 * s);
+    }
+  }
+
+  const int t = tid;  // consumer thread index where t < 256
+  if (p.splits == 1) {
+    if (t < kConsumers * 128) {
+#pragma unroll
+      for (int i = 0; i < kRegs; ++i) store_out(p.a, row0, t, i, d[i]);
+    }
+    return;
+  }
+  // Every stage has been multiplied: its memory holds the sums, [register][consumer thread].
+  __syncthreads();
+  constexpr int kTile = kRegs * kConsumers * 128;
+  if (t < kConsumers * 128) {
+#pragma unroll
+    for (int i = 0; i < kRegs; ++i) sums[i * kConsumers * 128 + t] = d[i];
+  }
+  cluster_sync();
+  // Block `split` of the cluster adds its share of the tile over the splits, in split order, four
+  // floats at a time; every split's are requested before the first is added.
+  constexpr int kVecs = kTile / 4;
+  const int share = (kVecs + p.splits - 1) / p.splits;
+  const int end = min(kVecs, (split + 1) * share);
+  for (int v = split * share + tid; v < end; v += kThreads) {
+    float4 part[kSkinnyTmaMaxSplits];
+#pragma unroll
+    for (int s = 0; s < kSkinnyTmaMaxSplits; ++s)
+      if (s < p.splits) part[s] = ld_cluster_f32x4(smem + 16 * v, static_cast<unsigned>(s));
+    float4 sum = part[0];
+#pragma unroll
+    for (int s = 1; s < kSkinnyTmaMaxSplits; ++s) {
+      if (s < p.splits) {
+        sum.x += part[s].x;
+        sum.y += part[s].y;
+        sum.z += part[s].z;
+        sum.w += part[s].w;
+      }
+    }
+    const float sums4[4] = {sum.x, sum.y, sum.z, sum.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int idx = 4 * v + e;
+      store_out(p.a, row0, idx % (kConsumers * 128), idx / (kConsumers * 128), sums4[e]);
+    }
+  }
+  // No block leaves while another still reads its shared memory.
+  cluster_sync();
+}
+
+// The driver's tensor map encoder, or null (then every launch is refused and cuBLASLt runs).
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A row-major [rows, k] matrix of 1- or 2-byte elements in boxes of box_rows x 128 bytes, 128-byte
+// swizzled; rows and K past the matrix read as zeros. A box is never taller than the matrix: the
+// rows a tile has beyond it are left as they were and reach only outputs that are not written.
+bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows, int elem_bytes) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k * elem_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kBlockK / elem_bytes), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t unit[2] = {1, 1};
+  const PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+  return fn && fn(map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2,
+                  const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int NT, bool BF16>
+int prepare() {
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_tma_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes(NT, BF16)));
+  int blocks = 0;
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_tma_kernel<NT, BF16>, kThreads,
+                                                                  smem_bytes(NT, BF16)));
+  return blocks;
+}
+
+template <int NT, bool BF16>
+void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), 1, static_cast<unsigned>(plan.splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem_bytes(NT, BF16);
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
+  config.attrs = attrs;
+  config.numAttrs = plan.splits > 1 ? 2 : 1;  // an unsplit tile needs no cluster
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT, BF16>, p));
+}
+
+}  // namespace
+
+int prepare_skinny_tma(bool x_bf16) {
+  return x_bf16 ? prepare<64, true>() : std::min(prepare<32, false>(), prepare<64, false>());
+}
+
+bool run_skinny_tma(const SkinnyGemmArgs& a, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+  if (!plan.tma || (a.x_bf16 ? plan.token_tile != 64 : !a.x_scale) || a.m < 1 || a.m > plan.token_tile || a.n < 1 ||
+      plan.splits < 1 || plan.splits > kSkinnyTmaMaxSplits || a.k < kBlockK || a.k % 16 != 0)
+    return false;
+  TmaParams p;
+  const int w_rows = static_cast<int>(std::min<int64_t>(kSkinnyTmaTileN, a.n));
+  const int x_rows = static_cast<int>(std::min<int64_t>(plan.token_tile, a.m));
+  const int x_bytes = a.x_bf16 ? 2 : 1;
+  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows, 1) || !encode(&p.x_map, a.x, a.m, a.k, x_rows, x_bytes)) return false;
+  p.stage_tx = static_cast<unsigned>((w_rows + x_bytes * x_rows) * kBlockK);
+  p.a = a;
+  p.kblocks = plan.kblocks;
+  p.kblocks_per_split = plan.kblocks_per_split;
+  p.splits = plan.splits;
+  if (a.x_bf16) {
+    launch<64, true>(p, plan, stream);
+  } else if (plan.token_tile == 32) {
+    launch<32, false>(p, plan, stream);
+  } else {
+    launch<64, false>(p, plan, stream);
+  }
+  return true;
+}
+
+}  // namespace serve8
