@@ -1,6 +1,6 @@
 // The CUDA backend's FP8 weight ops: per-row e4m3 quantization, the scaled FP8 GEMM (the skinny
-// wgmma kernel up to 16 rows, cuBLASLt for more: bench_gemm, bench/README.md) and the weight-only
-// one (bf16 inputs: the skinny kernel's bf16 variant up to 64 rows, a widened matrix above).
+// wgmma kernel up to 16 rows, its TMA kernel to 64, cuBLASLt for more: bench_gemm, bench/README.md)
+// and the weight-only one (bf16 inputs: the skinny kernel up to 64 rows, a widened matrix above).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"

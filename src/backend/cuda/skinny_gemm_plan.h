@@ -11,7 +11,7 @@ namespace serve8 {
 
 constexpr int kSkinnyTileN = 64;    // output channels a block computes (the wgmma's M)
 constexpr int kSkinnyBlockK = 256;  // K bytes of each weight row per pipeline stage
-// The most rows of e4m3 tokens: from 17 cuBLASLt's FP8 GEMM is as fast or faster (bench_gemm,
+// The most rows of e4m3 tokens in this kernel: from 17 the TMA kernel below takes them (bench_gemm,
 // bench/README.md).
 constexpr int kSkinnyMaxRows = 16;
 // The most rows of bf16 tokens (weight-only FP8), where the alternative is widening the matrix.
