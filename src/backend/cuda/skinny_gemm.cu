@@ -12,8 +12,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/skinny_gemm.h"
+#include "backend/cuda/skinny_gemm_device.cuh"
 #include "backend/cuda/skinny_gemm_tma.h"
-#include "backend/cuda/wgmma.cuh"
 
 namespace serve8 {
 namespace {
@@ -210,18 +210,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   for (int i = 0; i < kRegs; ++i) {
     const int e = i & 3, j = i >> 2;
     const int64_t ch = row0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
-    const int64_t tok = tok0 + 8 * j + 2 * (lane & 3) + (e & 1);
-    if (ch >= a.n || tok >= a.m) continue;
-    float b = 0.0f;
-    if (a.bias)
-      b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
-                     : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-    const float r = d[i] * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
-    if (a.out_f32) {
-      static_cast<float*>(a.out)[tok * a.n + ch] = r;
-    } else {
-      static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
-    }
+    store_scaled(a, ch, tok0 + 8 * j + 2 * (lane & 3) + (e & 1), d[i]);
   }
 }
 

@@ -15,8 +15,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/skinny_gemm_device.cuh"
 #include "backend/cuda/skinny_gemm_tma.h"
-#include "backend/cuda/wgmma.cuh"
 
 namespace serve8 {
 namespace {
@@ -113,18 +113,7 @@ __device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t
 __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0, int t, int i, float v) {
   const int e = i & 3, lane = t & 31;
   const int64_t ch = row0 + 64 * (t >> 7) + 16 * ((t >> 5) & 3) + (lane >> 2) + 8 * (e >> 1);
-  const int64_t tok = 8 * (i >> 2) + 2 * (lane & 3) + (e & 1);
-  if (ch >= a.n || tok >= a.m) return;
-  float b = 0.0f;
-  if (a.bias)
-    b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
-                   : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
-  if (a.out_f32) {
-    static_cast<float*>(a.out)[tok * a.n + ch] = r;
-  } else {
-    static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
-  }
+  store_scaled(a, ch, 8 * (i >> 2) + 2 * (lane & 3) + (e & 1), v);
 }
 
 template <int NT, bool BF16>

@@ -1,6 +1,6 @@
-// wgmma on Hopper for the skinny FP8 GEMMs: shared-memory operand descriptors (K-major, 128-byte
-// swizzle), the e4m3 and bf16 instructions at the token widths the kernels use, and e4m3 codes
-// widened to bf16 for wgmma's register operand.
+// Device code both skinny FP8 GEMMs share: wgmma's shared-memory operand descriptors (K-major,
+// 128-byte swizzle), its e4m3 and bf16 instructions at the token widths the kernels use, e4m3 codes
+// widened to bf16 for its register operand, and the scaled store of one output.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +8,9 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+
+#include "backend/cuda/cuda_utils.cuh"
+#include "backend/cuda/skinny_gemm.h"
 
 namespace serve8 {
 
@@ -115,6 +118,21 @@ __device__ __forceinline__ uint16_t ld_shared_u16(uint32_t addr) {
   uint16_t v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
   return v;
+}
+
+// out[tok, ch] = v * x_scale[tok] * w_scale[ch] + bias[ch], where (ch, tok) is inside the output.
+__device__ __forceinline__ void store_scaled(const SkinnyGemmArgs& a, int64_t ch, int64_t tok, float v) {
+  if (ch >= a.n || tok >= a.m) return;
+  float b = 0.0f;
+  if (a.bias)
+    b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
+                   : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
+  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
+  if (a.out_f32) {
+    static_cast<float*>(a.out)[tok * a.n + ch] = r;
+  } else {
+    static_cast<uint16_t*>(a.out)[tok * a.n + ch] = float_to_bf16_bits(r);
+  }
 }
 
 }  // namespace serve8
