@@ -1,9 +1,9 @@
 // The FP8 GEMM for small decode batches on Hopper's tensor cores: the weights are the wgmma's
 // 64-row operand and the tokens its narrow one, so each weight byte is read once; skinny_gemm_plan.h
 // cuts the work, and a tile's last split block adds the partials. e4m3 tokens (up to 16 rows)
-// multiply on the FP8 tensor cores, 17-64 rows in the TMA kernel (skinny_gemm_tma.h); bf16 tokens (weight-only FP8, up
-// to 64) on the bf16 ones, each thread widening its share of the weights (exactly: e4m3 fits bf16) into wgmma's
-// register operand.
+// multiply on the FP8 tensor cores, 17-64 rows in the TMA kernel (skinny_gemm_tma.h); bf16 tokens
+// (weight-only FP8, up to 64) on the bf16 ones, each thread widening its share of the weights
+// (exactly: e4m3 fits bf16) into wgmma's register operand.
 #pragma once
 
 #include <cuda_runtime.h>
