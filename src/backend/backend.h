@@ -323,9 +323,6 @@ class Backend {
   virtual std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
                                             std::span<const int32_t> chosen, int top_n) = 0;
 
-  // A hint that w is read soon (the next GEMM but one): a backend may start bringing it closer.
-  virtual void prefetch_weights(const Tensor& w) { (void)w; }
-
   // ---- step graphs and profiling (optional) ----
   // Records the ops `body` issues, without running them, into a graph; nullptr where the backend
   // has no graphs (CPU). body must not upload batches, allocate, or wait for the device.

@@ -228,19 +228,13 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   Tensor q = q_.view(c, {t, heads, d});
   if (linear_observer_) linear_observer_(l, Matrix::kQkv, in.x);
   linear(in, w.wqkv, w.wqkv_scale, w.bqkv.empty() ? nullptr : &w.bqkv, qkv.reshape({t, qs + 2 * kvs}));
-  static const std::string xpf = getenv("SERVE8_X_PF") ? getenv("SERVE8_X_PF") : "";
-  if (xpf.find('o') != std::string::npos) backend_.prefetch_weights(w.wo);
   backend_.rope_kv_store(qkv, q, db.positions, inv_freq_.view(DType::kF32, {d / 2}), db, kv);
   if (kv_observer_) kv_observer_(l, qkv);
   Tensor attn = attn_out_.view(c, {t, heads, d});
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
   if (linear_observer_) linear_observer_(l, Matrix::kO, attn.reshape({t, qs}));
-  if (xpf.find('w') != std::string::npos && t <= 16 && w.wo.dtype == DType::kFP8E4M3)
-    backend_.gemm_fp8_weights(attn.reshape({t, qs}), w.wo, w.wo_scale, nullptr, proj_out);
-  else
-    linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
-  if (xpf.find('g') != std::string::npos) backend_.prefetch_weights(w.w_gate_up);
+  linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // o_proj is row-parallel: each rank has a partial sum
 
   Tensor residual = residual_.view(c, {t, h});
@@ -251,18 +245,11 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   Tensor gate_up = gate_up_.view(c, {t, 2 * inter});
   if (linear_observer_) linear_observer_(l, Matrix::kGateUp, normed);
   linear(made_input(normed, normed_rows), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
-  if (xpf.find('d') != std::string::npos) backend_.prefetch_weights(w.w_down);
   Tensor act = act_.view(c, {t, inter});
-  const bool xw = xpf.find('W') != std::string::npos && t <= 16 && w.w_down.dtype == DType::kFP8E4M3;
-  const std::optional<Fp8Rows> act_rows = xw ? std::nullopt : fp8_rows_for(w.w_down, t, inter);
+  const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, inter);
   backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
   if (linear_observer_) linear_observer_(l, Matrix::kDown, act);
-  if (xw)
-    backend_.gemm_fp8_weights(act, w.w_down, w.w_down_scale, nullptr, proj_out);
-  else
-    linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
-  if (xpf.find('q') != std::string::npos && l + 1 < static_cast<int>(weights_.layers.size()))
-    backend_.prefetch_weights(weights_.layers[static_cast<size_t>(l + 1)].wqkv);
+  linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // down is row-parallel too
 }
 

@@ -210,9 +210,6 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : 
   SERVE8_CHECK(props_.major >= 9, "cuda: {} is compute capability {}.{}; serve8's kernels are built for sm_90a",
                props_.name, props_.major, props_.minor);
   SERVE8_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  SERVE8_CUDA_CHECK(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking));
-  SERVE8_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  SERVE8_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   profiler_.attach(stream_);
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
@@ -230,9 +227,6 @@ CudaBackend::~CudaBackend() {
   if (arrays_) cudaFree(arrays_);
   if (rotated_q_) cudaFree(rotated_q_);
   if (widened_) cudaFree(widened_);
-  if (fork_) cudaEventDestroy(fork_);
-  if (join_) cudaEventDestroy(join_);
-  if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

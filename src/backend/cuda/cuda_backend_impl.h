@@ -100,7 +100,6 @@ class CudaBackend final : public Backend {
   std::vector<RowLogprobs> logprobs(const Tensor& logits, std::span<const int32_t> rows,
                                     std::span<const int32_t> chosen, int top_n) override;
 
-  void prefetch_weights(const Tensor& w) override;
   std::unique_ptr<StepGraph> capture(const std::function<void()>& body) override;
   void set_op_profiling(bool on) override;
   std::vector<OpTime> op_profile() override;
@@ -126,10 +125,6 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
-  // prefetch_weights' branch of a captured step: forked from stream_, joined at the capture's end.
-  cudaStream_t prefetch_stream_ = nullptr;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool prefetch_forked_ = false;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<SkinnyFp8Gemm> skinny_fp8_;
   std::unique_ptr<CudaSampler> sampler_;

@@ -1,9 +1,6 @@
 // CUDA graphs of the backend's stream: a decode step's ~10 launches per layer replay as one.
-#include <algorithm>
-
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/kernels.h"
 #include "core/error.h"
 
 namespace serve8 {
@@ -28,13 +25,8 @@ std::unique_ptr<StepGraph> CudaBackend::capture(const std::function<void()>& bod
   // Thread-local mode: CUDA calls of other threads (tensor-parallel ranks capturing their own
   // graphs at the same time) are not caught up in the capture.
   SERVE8_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  prefetch_forked_ = false;
   try {
     body();
-    if (prefetch_forked_) {  // a capture must end with every stream it forked joined back
-      SERVE8_CUDA_CHECK(cudaEventRecord(join_, prefetch_stream_));
-      SERVE8_CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
-    }
   } catch (...) {
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);
@@ -49,20 +41,6 @@ std::unique_ptr<StepGraph> CudaBackend::capture(const std::function<void()>& bod
   cudaGraphDestroy(graph);
   SERVE8_CUDA_CHECK(err);
   return std::make_unique<CudaStepGraph>(exec, stream_);
-}
-
-// In a captured step the prefetch is a branch of the graph beside the ops after the fork, so
-// it takes no place in their chain; outside a capture (prefill, eager steps) it is skipped.
-void CudaBackend::prefetch_weights(const Tensor& w) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  SERVE8_CUDA_CHECK(cudaStreamIsCapturing(stream_, &status));
-  if (status != cudaStreamCaptureStatusActive) return;
-  // At most half of L2, so that the ops between keep their own lines.
-  const int64_t bytes = std::min<int64_t>(static_cast<int64_t>(w.nbytes()), props_.l2CacheSize / 2);
-  SERVE8_CUDA_CHECK(cudaEventRecord(fork_, stream_));
-  SERVE8_CUDA_CHECK(cudaStreamWaitEvent(prefetch_stream_, fork_));
-  launch_l2_prefetch(w.data, bytes, prefetch_stream_);
-  prefetch_forked_ = true;
 }
 
 void CudaBackend::set_op_profiling(bool on) {

@@ -199,7 +199,4 @@ struct BatchUnpackParams {
 };
 void launch_batch_unpack(const BatchUnpackParams& p, cudaStream_t stream);
 
-// Starts bringing bytes at p into L2 and returns without waiting (a hint: nothing waits for it).
-void launch_l2_prefetch(const void* p, int64_t bytes, cudaStream_t stream);
-
 }  // namespace serve8
