@@ -70,8 +70,8 @@ std::vector<double> decode_steps(EngineParts& e, int bs, int position, const std
   return out;
 }
 
-// The part of a step a traced kernel belongs to: a weight GEMM (serve8's or cuBLASLt's, whose Hopper
-// kernels are named nvjet_*), attention, or the other ops.
+// The part of a step a traced kernel belongs to: a weight GEMM (serve8's GEMM kernels have "gemm"
+// in their names, cuBLASLt's Hopper ones are nvjet_*), attention, or the other ops.
 const char* kernel_class(const std::string& k) {
   for (const char* g : {"gemm", "xmma", "cutlass", "splitK", "nvjet"})
     if (k.find(g) != std::string::npos) return "gemm";

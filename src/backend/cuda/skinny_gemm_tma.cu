@@ -117,7 +117,7 @@ __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0,
 }
 
 template <int NT, bool BF16>
-__global__ void __launch_bounds__(kThreads) skinny_fp8_tma_kernel(const __grid_constant__ TmaParams p) {
+__global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __grid_constant__ TmaParams p) {
   constexpr int kStages = stages_for(NT, BF16), kStageBytes = stage_bytes(NT, BF16), kRegs = NT / 2;
   extern __shared__ uint8_t smem_raw[];
   // Swizzled boxes need 1024-byte alignment; the barriers follow the stages.
@@ -270,11 +270,11 @@ bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box
 
 template <int NT, bool BF16>
 int prepare() {
-  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_tma_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem_bytes(NT, BF16)));
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_tma_kernel<NT, BF16>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT, BF16)));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_tma_kernel<NT, BF16>, kThreads,
-                                                                  smem_bytes(NT, BF16)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_tma_kernel<NT, BF16>,
+                                                                  kThreads, smem_bytes(NT, BF16)));
   return blocks;
 }
 
@@ -294,7 +294,7 @@ void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream)
   attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
   config.attrs = attrs;
   config.numAttrs = plan.splits > 1 ? 2 : 1;  // an unsplit tile needs no cluster
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_tma_kernel<NT, BF16>, p));
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_gemm_tma_kernel<NT, BF16>, p));
 }
 
 }  // namespace
