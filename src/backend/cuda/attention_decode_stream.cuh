@@ -144,7 +144,6 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
                                    (merge_rotated_offset(kHeads) + kMaxGroup * kD) * sizeof(float) <= L::kSmemBytes),
                 "int8/int4 rotate their outputs in the stages");
 
-  allow_dependent_launch();
   // Under a programmatic dependent launch the kernel before this one may still be running (or its
   // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

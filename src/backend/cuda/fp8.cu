@@ -2,8 +2,6 @@
 // the scales and bias after an unscaled cuBLASLt GEMM, and weight-only matrices widened.
 #include <algorithm>
 
-#include <cstdlib>
-
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
@@ -20,7 +18,6 @@ constexpr int kQuantThreads = 256;
 template <typename T>
 __global__ void quantize_fp8_rows_kernel(const Fp8QuantParams p) {
   allow_dependent_launch();
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int64_t row = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + row * p.cols;
   uint8_t* q = p.q + row * p.cols;
@@ -133,12 +130,8 @@ void launch_widen_fp8_rows(const Fp8WidenParams& p, cudaStream_t stream) {
 
 void launch_quantize_fp8_rows(const Fp8QuantParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  static const bool xq = getenv("SERVE8_X_QPDL") != nullptr;
   if (p.dtype == DType::kF32) {
     quantize_fp8_rows_kernel<float><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
-  } else if (xq) {
-    launch_dependent(quantize_fp8_rows_kernel<uint16_t>, dim3(static_cast<unsigned>(p.rows)), dim3(kQuantThreads), 0,
-                     stream, p);
   } else {
     quantize_fp8_rows_kernel<uint16_t><<<static_cast<unsigned>(p.rows), kQuantThreads, 0, stream>>>(p);
   }
