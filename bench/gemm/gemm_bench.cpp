@@ -1,10 +1,12 @@
 // bench/gemm: decode-sized GEMMs (M = 1..64 rows) on the weight matrices of Llama-3-8B,
 // Llama-2-13B and Llama-2-70B, against the machine's copy bandwidth measured in the same run.
 // Kernels: serve8's FP8 GEMM as the backend dispatches it (gemm_fp8: the skinny wgmma kernel up to
-// 16 rows, its TMA kernel to 64, cuBLASLt above), its weight-only FP8 GEMM (gemm_fp8_weights, bf16
-// inputs: the skinny kernel up to 64 rows, the widened matrix and cuBLASLt above), cuBLASLt FP8
-// (e4m3 with per-row and per-channel scales), the skinny kernel at forced split counts (--splits;
-// the TMA kernel's from 17 rows) and cuBLASLt bf16 (the bf16 weights' GEMM).
+// 16 rows, its TMA kernel to 64, cuBLASLt above and where gemm_choices_table.inc says), the
+// skinny kernels as planned ("serve8 skinny", bench/gemm/choices.py's input), its weight-only FP8
+// GEMM (gemm_fp8_weights, bf16 inputs: the skinny kernel up to 64 rows, the widened matrix and
+// cuBLASLt above), cuBLASLt FP8 (e4m3 with per-row and per-channel scales), the skinny kernel at
+// forced split counts (--splits; the TMA kernel's from 17 rows) and cuBLASLt bf16 (the bf16
+// weights' GEMM).
 //
 //   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
 //              [--algos N]
@@ -272,6 +274,13 @@ int run(int argc, char** argv) {
       sa.m = m;
       sa.n = n;
       sa.k = k;
+      // serve8's own kernel as planned, whatever gemm_choices_table.inc says (bench/gemm/choices.py).
+      if (skinny.plan(m, n, k).token_tile != 0)
+        kernels.push_back({"serve8 skinny", double(n * k), [&, sa](int c) {
+                             SkinnyGemmArgs g = sa;
+                             g.w = w8_copy(c);
+                             SERVE8_CHECK(skinny.run(g, s), "bench_gemm: the skinny kernel refused its own plan");
+                           }});
       for (const int64_t splits : splits_list) {
         SkinnyGemmPlan plan = skinny_gemm_with_splits(m, n, k, static_cast<int>(splits));
         if (m > kSkinnyMaxRows) plan = skinny_tma_with_splits(m, n, k, static_cast<int>(splits));

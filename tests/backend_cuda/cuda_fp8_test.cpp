@@ -111,7 +111,7 @@ TEST_F(CudaBackendTest, Fp8GemmMatchesCpuOnLlamaShapes) {
   // The GPU computes the whole [M, N]; the CPU reference the first kChecked output channels (its
   // GEMM on a 57344 x 8192 matrix would take most of the test's time). M up to 16 takes the skinny
   // kernel (token tiles of 8 and 16 rows), 17-64 its TMA kernel (32 and 64; clusters of 1-8 K
-  // splits on these shapes), 200 cuBLASLt.
+  // splits on these shapes) or cuBLASLt where gemm_choices_table.inc says, 200 cuBLASLt.
   constexpr int64_t kChecked = 256;
   const auto codes = [this](int64_t n) { return random_e4m3(rng_, n); };
   for (const WeightShape& s : kLlamaShapes) {

@@ -214,6 +214,7 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : 
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
   skinny_fp8_ = std::make_unique<SkinnyFp8Gemm>(props_.multiProcessorCount);
+  fp8_choices_ = fp8_gemm_choices_for(fp8_gemm_choices(), props_.name);
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 

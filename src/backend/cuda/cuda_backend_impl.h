@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/attention_unit.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_choices.h"
 #include "backend/cuda/kernel_trace.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
@@ -127,6 +128,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<SkinnyFp8Gemm> skinny_fp8_;
+  std::vector<Fp8GemmChoice> fp8_choices_;  // this GPU's entries of the measured table
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;

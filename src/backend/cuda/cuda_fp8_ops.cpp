@@ -85,7 +85,7 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   check_fp8_gemm(op, xq, "xq", wq, w_scale, bias, out);
   const int64_t m = xq.dim(0);
   SERVE8_CHECK(x_scale.numel() == m, "{}: x_scale {} does not fit M={}", op, x_scale.shape_str(), m);
-  if (aligned16(xq.data) && aligned16(wq.data)) {
+  if (aligned16(xq.data) && aligned16(wq.data) && !fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), wq.dim(1), m)) {
     SkinnyGemmArgs g = skinny_args(xq, wq, w_scale, bias, out);
     g.x_scale = x_scale.ptr<const float>();
     if (skinny_fp8_->run(g, stream_)) return;

@@ -1,0 +1,32 @@
+// Which FP8 GEMM (e4m3 tokens) a shape takes on a GPU: serve8's skinny kernels, or cuBLASLt where
+// bench_gemm timed it faster. gemm_choices_table.inc holds the timings' verdicts, written by
+// bench/gemm/choices.py from bench_gemm records; shapes it lacks take serve8's kernels. Plain host
+// code, built without CUDA.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace serve8 {
+
+struct Fp8GemmChoice {
+  std::string_view device;  // part of the GPU's name: "H100", "H200"
+  int64_t n = 0, k = 0;     // the weight matrix, [n, k]
+  int64_t rows = 0;         // the token rows timed
+  bool cublaslt = false;    // cuBLASLt was faster at these rows
+};
+
+// The table measured (gemm_choices_table.inc).
+std::span<const Fp8GemmChoice> fp8_gemm_choices();
+
+// The entries of `table` for a GPU of this name.
+std::vector<Fp8GemmChoice> fp8_gemm_choices_for(std::span<const Fp8GemmChoice> table, std::string_view device_name);
+
+// Whether m rows of [n, k] take cuBLASLt: the verdict timed at the fewest rows >= m for the
+// matrix among those that run the same kernel of serve8's (1-16 rows, 17-64), so 64 rows speak
+// for 33-64 when 32 and 64 were timed; false where none was.
+bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
+
+}  // namespace serve8

@@ -1,0 +1,54 @@
+// The FP8 GEMM choices: which entries a GPU takes, and which verdict speaks for a row count.
+#include "backend/cuda/gemm_choices.h"
+
+#include <gtest/gtest.h>
+
+#include "backend/cuda/skinny_gemm_plan.h"
+
+namespace serve8::test {
+namespace {
+
+constexpr Fp8GemmChoice kTable[] = {
+    {"H100", 4096, 4096, 8, true},  {"H100", 4096, 4096, 16, false}, {"H100", 4096, 4096, 32, false},
+    {"H100", 4096, 4096, 64, true}, {"H200", 4096, 4096, 64, false}, {"H100", 6144, 4096, 64, true},
+};
+
+TEST(Fp8GemmChoices, AGpuTakesTheEntriesOfItsName) {
+  EXPECT_EQ(fp8_gemm_choices_for(kTable, "NVIDIA H100 80GB HBM3").size(), 5u);
+  EXPECT_EQ(fp8_gemm_choices_for(kTable, "NVIDIA H200").size(), 1u);
+  EXPECT_TRUE(fp8_gemm_choices_for(kTable, "NVIDIA A100-SXM4-80GB").empty());
+}
+
+TEST(Fp8GemmChoices, TheFewestRowsTimedAtOrAboveSpeakForARowCount) {
+  const auto h100 = fp8_gemm_choices_for(kTable, "NVIDIA H100 80GB HBM3");
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 1));
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 8));
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 9));
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 32));
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 33));
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 64));
+  // Past every row count timed, and on matrices never timed: serve8's kernels.
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 65));
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 14336, 8));
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(fp8_gemm_choices_for(kTable, "NVIDIA H200"), 4096, 4096, 64));
+}
+
+TEST(Fp8GemmChoices, ARowCountOnlyHearsTimingsOfTheKernelItRuns) {
+  // 6144 x 4096 was timed at 64 rows only (the TMA kernel): 1-16 rows run the other kernel.
+  const auto h100 = fp8_gemm_choices_for(kTable, "H100");
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 6144, 4096, kSkinnyMaxRows));
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 6144, 4096, kSkinnyMaxRows + 1));
+}
+
+TEST(Fp8GemmChoices, TheMeasuredTableNamesAGpuAndDecodeRows) {
+  ASSERT_FALSE(fp8_gemm_choices().empty());
+  for (const Fp8GemmChoice& c : fp8_gemm_choices()) {
+    EXPECT_TRUE(c.device == "H100" || c.device == "H200") << c.device;
+    EXPECT_GT(c.n, 0);
+    EXPECT_GT(c.k, 0);
+    EXPECT_TRUE(c.rows >= 1 && c.rows <= kSkinnyTmaMaxRows) << c.rows;
+  }
+}
+
+}  // namespace
+}  // namespace serve8::test
