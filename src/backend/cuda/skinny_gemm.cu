@@ -85,31 +85,6 @@ __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t st
   }
 }
 
-// bf16 tokens, one stage: A of wgmma k16 step s is weight bytes 16s..16s+15 (atom s / 8, chunk
-// s % 8); thread (warp w, lane l) holds rows 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9),
-// the m64k16 register layout. Rows 16w + l/4 and 8 more share their swizzle (row % 8 = l/4).
-template <int NT>
-__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t stage) {
-  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31, g = lane >> 2;
-  const uint32_t rows = stage + (warp * 16 + g) * kAtomBytes + 2 * (lane & 3);
-  constexpr int kSteps = kSkinnyBlockK / 16;
-  uint32_t a[kSteps][4];
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const uint32_t p = rows + (s >> 3) * (kSkinnyTileN * kAtomBytes) + (((s & 7) ^ g) << 4);
-    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(p));
-    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes));
-    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8));
-    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(p + 8 * kAtomBytes + 8));
-  }
-  // B of step s: token bytes 32s..32s+31, in atom s / 4 at byte 32 (s % 4).
-  const uint32_t tokens = stage + kAtoms * kSkinnyTileN * kAtomBytes;
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s)
-    wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kAtomBytes) + (s & 3) * 32));
-}
-
 template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
   constexpr int kStages = stages_for(NT, BF16);
@@ -158,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
     if constexpr (BF16) {
-      multiply_bf16_stage<NT>(d, stage);
+      multiply_bf16_stage<NT, kSkinnyBlockK / 16>(d, stage, kSkinnyTileN * kAtomBytes,
+                                                  stage + kAtoms * kSkinnyTileN * kAtomBytes);
     } else {
       asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll

@@ -1,6 +1,7 @@
 // Device code both skinny FP8 GEMMs share: wgmma's shared-memory operand descriptors (K-major,
 // 128-byte swizzle), its e4m3 and bf16 instructions at the token widths the kernels use, e4m3 codes
-// widened to bf16 for its register operand, and the scaled store of one output.
+// widened to bf16 for its register operand, the bf16-token stage both multiply, and the scaled
+// store of one output.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -118,6 +119,31 @@ __device__ __forceinline__ uint16_t ld_shared_u16(uint32_t addr) {
   uint16_t v;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
   return v;
+}
+
+// bf16 tokens, one stage of kSteps wgmma k16 steps for this warpgroup's 64 weight rows: A of step
+// s is weight bytes 16s..16s+15, chunk s % 8 of 128-byte swizzle atom s / 8 ([rows][128 bytes],
+// atoms atom_bytes apart from `weights`), widened from e4m3; thread (warp w, lane l) holds rows
+// 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9), the m64k16 register layout, rows that
+// share their swizzle (row % 8 = l/4). B of step s: token elements 16s..16s+15, in token atom
+// s / 4 ([NT rows][128 bytes]) at byte 32 (s % 4).
+template <int NT, int kSteps>
+__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t weights, uint32_t atom_bytes,
+                                                    uint32_t tokens) {
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = (static_cast<int>(threadIdx.x) >> 5) & 3, g = lane >> 2;
+  const uint32_t rows = weights + (warp * 16 + g) * 128 + 2 * (lane & 3);
+  uint32_t a[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const uint32_t q = rows + (s >> 3) * atom_bytes + (((s & 7) ^ g) << 4);
+    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(q));
+    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * 128));
+    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8));
+    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * 128 + 8));
+  }
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * 128) + (s & 3) * 32));
 }
 
 // out[tok, ch] = v * x_scale[tok] * w_scale[ch] + bias[ch], where (ch, tok) is inside the output.

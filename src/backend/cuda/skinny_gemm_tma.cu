@@ -84,30 +84,6 @@ __device__ __forceinline__ float4 ld_cluster_f32x4(uint32_t addr, unsigned rank)
   return v;
 }
 
-// bf16 tokens, one stage: A of k16 step s is weight bytes 16s..16s+15 (chunk s of the 128-byte
-// row); thread (warp w, lane l) holds rows 16w + l/4 (+8) at K offsets 2(l%4) (+1) and +8 (+9),
-// the m64k16 register layout, rows that share their swizzle (row % 8 = l/4). B of step s: token
-// elements 16s..16s+15, in atom s / 4 at byte 32 (s % 4).
-template <int NT>
-__device__ __forceinline__ void multiply_bf16_stage(float (&d)[NT / 2], uint32_t weights, uint32_t tokens) {
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = (static_cast<int>(threadIdx.x) >> 5) & 3, g = lane >> 2;
-  const uint32_t rows = weights + (warp * 16 + g) * kBlockK + 2 * (lane & 3);
-  constexpr int kSteps = kBlockK / 16;
-  uint32_t a[kSteps][4];
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const uint32_t q = rows + ((s ^ g) << 4);
-    a[s][0] = e4m3x2_to_bf16x2(ld_shared_u16(q));
-    a[s][1] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK));
-    a[s][2] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8));
-    a[s][3] = e4m3x2_to_bf16x2(ld_shared_u16(q + 8 * kBlockK + 8));
-  }
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-  for (int s = 0; s < kSteps; ++s)
-    wgmma_bf16<NT>(d, a[s], smem_desc(tokens + (s >> 2) * (NT * kBlockK) + (s & 3) * 32));
-}
-
 // Consumer thread t (of 256) register i holds channel 64 (t / 128) + 16 (t / 32 % 4) + (t % 32) / 4
 // + 8 (i % 4 / 2) and token 8 (i / 4) + 2 (t % 4) + i % 2 (wgmma's m64nX accumulator layout).
 __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0, int t, int i, float v) {
@@ -180,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __g
       const uint32_t st = smem + s * kStageBytes;
       mbar_wait(full + 8 * s, (i / kStages) & 1);
       if constexpr (BF16) {
-        multiply_bf16_stage<NT>(d, st + wg * 64 * kBlockK, st + kWeightBytes);
+        multiply_bf16_stage<NT, kBlockK / 16>(d, st + wg * 64 * kBlockK, 0, st + kWeightBytes);
       } else {
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
