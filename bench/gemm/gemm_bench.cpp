@@ -275,11 +275,11 @@ int run(int argc, char** argv) {
       sa.n = n;
       sa.k = k;
       // serve8's own kernel as planned, whatever gemm_choices_table.inc says (bench/gemm/choices.py).
-      if (skinny.plan(m, n, k).token_tile != 0)
-        kernels.push_back({"serve8 skinny", double(n * k), [&, sa](int c) {
+      if (const SkinnyGemmPlan plan = skinny.plan(m, n, k); plan.token_tile != 0)
+        kernels.push_back({"serve8 skinny", double(n * k), [&, sa, plan](int c) {
                              SkinnyGemmArgs g = sa;
                              g.w = w8_copy(c);
-                             SERVE8_CHECK(skinny.run(g, s), "bench_gemm: the skinny kernel refused its own plan");
+                             SERVE8_CHECK(skinny.run(g, plan, s), "bench_gemm: the skinny kernel refused its own plan");
                            }});
       for (const int64_t splits : splits_list) {
         SkinnyGemmPlan plan = skinny_gemm_with_splits(m, n, k, static_cast<int>(splits));
