@@ -237,9 +237,6 @@ struct Fp8Rows {
   Tensor scale;
 };
 
-// How gemm_fp8_of makes its input's FP8 rows: quantize_fp8_rows(x), or silu_mul(x) (x = gate_up).
-enum class Fp8RowsOp { kQuantize, kSiluMul };
-
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -288,11 +285,6 @@ class Backend {
   // accumulation, out in the compute dtype.
   virtual void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale,
                         const Tensor* bias, Tensor out) = 0;
-  // gemm_fp8 on the FP8 rows of op(x): kQuantize x [M, K]; kSiluMul x = gate_up [M, 2K], whose
-  // compute-dtype output goes to x_out [M, K]. `rows` and x_out receive what the op writes unless the
-  // backend forms the rows inside its GEMM (then neither is written); out is the same either way.
-  virtual void gemm_fp8_of(Fp8RowsOp op, const Tensor& x, Tensor x_out, const Fp8Rows& rows, const Tensor& wq,
-                           const Tensor& w_scale, const Tensor* bias, Tensor out);
   // Weight-only FP8 (checkpoints without input quantization): out[M, N] = (x[M, K] · wq[N, K]^T) *
   // w_scale[N] (+ bias[N]); x and out in the compute dtype, fp32 accumulation. Backends without it
   // throw naming the op, and say so in has_gemm_fp8_weights() for the loader to refuse early.

@@ -159,16 +159,6 @@ void Backend::embedding_shard(const Tensor& table, const Tensor& ids, int64_t fi
   fail("embedding_shard: the {} backend has no vocabulary-parallel embedding (tensor parallelism)", name());
 }
 
-void Backend::gemm_fp8_of(Fp8RowsOp op, const Tensor& x, Tensor x_out, const Fp8Rows& rows, const Tensor& wq,
-                          const Tensor& w_scale, const Tensor* bias, Tensor out) {
-  if (op == Fp8RowsOp::kSiluMul) {
-    silu_mul(x, x_out, &rows);
-  } else {
-    quantize_fp8_rows(x, rows.q, rows.scale);
-  }
-  gemm_fp8(rows.q, rows.scale, wq, w_scale, bias, out);
-}
-
 void Backend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
                                Tensor out) {
   (void)x, (void)wq, (void)w_scale, (void)bias, (void)out;

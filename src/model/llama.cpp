@@ -234,13 +234,7 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   backend_.attention(q, kv, db, softmax_scale_, attn);
   Tensor proj_out = proj_out_.view(c, {t, h});
   if (linear_observer_) linear_observer_(l, Matrix::kO, attn.reshape({t, qs}));
-  const std::optional<Fp8Rows> attn_rows = fp8_rows_for(w.wo, t, qs);
-  if (attn_rows) {
-    backend_.gemm_fp8_of(Fp8RowsOp::kQuantize, attn.reshape({t, qs}), {}, *attn_rows, w.wo, w.wo_scale, nullptr,
-                         proj_out);
-  } else {
-    linear(made_input(attn.reshape({t, qs}), std::nullopt), w.wo, w.wo_scale, nullptr, proj_out);
-  }
+  linear(gemm_input(attn.reshape({t, qs}), w.wo), w.wo, w.wo_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // o_proj is row-parallel: each rank has a partial sum
 
   Tensor residual = residual_.view(c, {t, h});
@@ -253,14 +247,9 @@ void LlamaModel::run_layer(int l, const DeviceBatch& db, const KvLayer& kv, cons
   linear(made_input(normed, normed_rows), w.w_gate_up, w.w_gate_up_scale, nullptr, gate_up);
   Tensor act = act_.view(c, {t, inter});
   const std::optional<Fp8Rows> act_rows = fp8_rows_for(w.w_down, t, inter);
-  if (act_rows && !linear_observer_) {
-    // The backend may form down's FP8 rows inside its GEMM, leaving act unwritten.
-    backend_.gemm_fp8_of(Fp8RowsOp::kSiluMul, gate_up, act, *act_rows, w.w_down, w.w_down_scale, nullptr, proj_out);
-  } else {
-    backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
-    if (linear_observer_) linear_observer_(l, Matrix::kDown, act);
-    linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
-  }
+  backend_.silu_mul(gate_up, act, act_rows ? &*act_rows : nullptr);
+  if (linear_observer_) linear_observer_(l, Matrix::kDown, act);
+  linear(made_input(act, act_rows), w.w_down, w.w_down_scale, nullptr, proj_out);
   if (comm_) comm_->all_reduce_sum(proj_out);  // down is row-parallel too
 }
 

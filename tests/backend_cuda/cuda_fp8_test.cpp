@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -279,63 +278,6 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values(), ref.values()), 4e-3)
         << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3") << ", " << plan.splits << " splits";
-  }
-}
-
-// A few bf16 rows whose FP8 codes the skinny kernel's blocks form themselves (run_fused; the
-// backend's gemm_fp8_of): the same output as quantize_fp8_rows or silu_mul then gemm_fp8, on
-// Llama shapes (SmolLM2's K of 576 ends inside a K block), and refused where a block's codes would
-// not fit its region (Llama-2-70B's down at 2 rows) or there are more than kSkinnyFusedRows rows.
-TEST_F(CudaBackendTest, Fp8GemmFormsFewRowsInsideTheKernel) {
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  SkinnyFp8Gemm skinny(sms);
-  struct Case {
-    int64_t m, n, k;
-    bool silu, runs;
-  };
-  for (const Case& c :
-       {Case{1, 4096, 4096, false, true}, Case{3, 6144, 4096, false, true}, Case{1, 4096, 14336, true, true},
-        Case{4, 5120, 13824, true, false}, Case{1, 5120, 13824, true, true}, Case{2, 8192, 28672, true, false},
-        Case{2, 576, 1536, true, true}, Case{4, 960, 576, false, true}, Case{5, 512, 512, false, false}}) {
-    const int64_t m = c.m, n = c.n, k = c.k, xk = c.silu ? 2 * k : k;
-    HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * xk), 2.0f)), wq = random_e4m3(rng_, n * k);
-    std::vector<float> wsv(static_cast<size_t>(n));
-    for (float& f : wsv) f = rng_.uniform(1e-4f, 1e-3f);
-    HostArray ws(DType::kF32, wsv);
-    auto dx = to_device(*gpu_, x), dwq = to_device(*gpu_, wq), dws = to_device(*gpu_, ws);
-    Buffer q(*gpu_, static_cast<size_t>(m * k)), s(*gpu_, static_cast<size_t>(m) * 4),
-        act(*gpu_, static_cast<size_t>(m * k) * 2), ref(*gpu_, static_cast<size_t>(m * n) * 2),
-        out(*gpu_, static_cast<size_t>(m * n) * 2);
-    const Fp8Rows rows{q.view(DType::kFP8E4M3, {m, k}), s.view(DType::kF32, {m})};
-    if (c.silu) {
-      gpu_->silu_mul(dx.view({m, xk}), act.view(DType::kBF16, {m, k}), &rows);
-    } else {
-      gpu_->quantize_fp8_rows(dx.view({m, k}), rows.q, rows.scale);
-    }
-    gpu_->gemm_fp8(rows.q, rows.scale, dwq.view({n, k}), dws.view({n}), nullptr, ref.view(DType::kBF16, {m, n}));
-    poison(*gpu_, out.data(), out.bytes());
-    SkinnyGemmArgs a;
-    a.x = dx.buf.data();
-    a.w = static_cast<const uint8_t*>(dwq.buf.data());
-    a.w_scale = static_cast<const float*>(dws.buf.data());
-    a.out = out.data();
-    a.m = m;
-    a.n = n;
-    a.k = k;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's work is on its own stream
-    const std::string what =
-        std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + (c.silu ? " silu_mul" : " quantize");
-    ASSERT_EQ(skinny.run_fused(a, c.silu, nullptr), c.runs) << what;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    if (!c.runs) continue;
-    const std::vector<float> got = to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values();
-    const std::vector<float> want = to_host(*gpu_, ref.data(), DType::kBF16, size_t(m * n)).values();
-    // Same codes and scales; the plans' K splits may differ, so the fp32 sums' order may too.
-    EXPECT_LT(rel_error(got, want), 4e-3) << what;
-    size_t nan = 0;
-    for (float v : got) nan += std::isnan(v);
-    EXPECT_EQ(nan, 0u) << what << ": outputs left unwritten";
   }
 }
 

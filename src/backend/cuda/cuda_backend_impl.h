@@ -82,8 +82,6 @@ class CudaBackend final : public Backend {
                    const Fp8Rows* fp8 = nullptr) override;
   void gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor out) override;
   void quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) override;
-  void gemm_fp8_of(Fp8RowsOp op, const Tensor& x, Tensor x_out, const Fp8Rows& rows, const Tensor& wq,
-                   const Tensor& w_scale, const Tensor* bias, Tensor out) override;
   void gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
                 Tensor out) override;
   void gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,

@@ -1,7 +1,6 @@
 // The CUDA backend's FP8 weight ops: per-row e4m3 quantization, the scaled FP8 GEMM (the skinny
 // wgmma kernel up to 16 rows, its TMA kernel to 64, cuBLASLt for more: bench_gemm, bench/README.md)
-// and the weight-only one (bf16 inputs: the skinny kernel up to 64 rows, a widened matrix above);
-// gemm_fp8_of forms a few rows' FP8 codes inside the skinny kernel.
+// and the weight-only one (bf16 inputs: the skinny kernel up to 64 rows, a widened matrix above).
 #include <cstdint>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -95,24 +94,6 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   a.x_scale = x_scale.ptr<const float>();
   a.w_scale = w_scale.ptr<const float>();
   gemm_->run(a);
-}
-
-void CudaBackend::gemm_fp8_of(Fp8RowsOp op, const Tensor& x, Tensor x_out, const Fp8Rows& rows, const Tensor& wq,
-                              const Tensor& w_scale, const Tensor* bias, Tensor out) {
-  on_device();
-  const bool silu = op == Fp8RowsOp::kSiluMul;
-  const int64_t m = x.ndim == 2 ? x.dim(0) : 0, k = wq.ndim == 2 ? wq.dim(1) : 0;
-  // A few bf16 rows: the skinny kernel's blocks form the FP8 rows themselves, one launch instead of two.
-  if (x.dtype == DType::kBF16 && x.ndim == 2 && x.dim(1) == (silu ? 2 * k : k) && m >= 1 && m <= kSkinnyFusedRows &&
-      aligned16(x.data) && aligned16(wq.data) && !fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), k, m)) {
-    const OpScope profile(profiler_, "gemm");
-    const Tensor shape(nullptr, x.dtype, {m, k});  // x as the GEMM sees it: [M, K]
-    check_fp8_gemm(silu ? "gemm_fp8_of(silu_mul)" : "gemm_fp8_of(quantize)", shape, "x", wq, w_scale, bias, out);
-    SkinnyGemmArgs g = skinny_args(shape, wq, w_scale, bias, out);
-    g.x = x.data;
-    if (skinny_fp8_->run_fused(g, silu, stream_)) return;
-  }
-  Backend::gemm_fp8_of(op, x, x_out, rows, wq, w_scale, bias, out);
 }
 
 void CudaBackend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,

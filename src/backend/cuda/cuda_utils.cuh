@@ -207,9 +207,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
-// silu_mul's activation; the skinny GEMM's fused SiLU rows use it too, so their bytes match.
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
-
 // FP8 rows (Backend::quantize_fp8_rows): codes are e4m3(x * fp8_row_inv(amax)), the scale
 // fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and core/dtype.h's rounding.
 __device__ __forceinline__ float fp8_row_inv(float amax) { return amax > 0.0f ? kE4M3Max / amax : 0.0f; }

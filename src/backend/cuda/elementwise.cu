@@ -200,6 +200,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(const RopeParams p) 
   }
 }
 
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+
 template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
   allow_dependent_launch();

@@ -32,19 +32,8 @@ constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
 constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
 // Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
 // (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
-// How the e4m3 tokens reach shared memory: loaded as they are, or formed by the block itself from
-// the bf16 rows quantize_fp8_rows or silu_mul would have read (SkinnyFp8Gemm::run_fused).
-enum TokenSource : int { kLoadTokens, kQuantizeRows, kSiluMulRows };
-// A fused block keeps its K range of every row's e4m3 codes here, after the stages, and gives the
-// stages 16 KB less so that two blocks still share an SM.
-constexpr int kFusedRegionBytes = 16 * 1024;
-constexpr int fused_bytes(int src) { return src == kLoadTokens ? 0 : kFusedRegionBytes; }
-constexpr int stages_for(int nt, bool bf16, int src = kLoadTokens) {
-  return std::clamp((110 * 1024 - fused_bytes(src)) / stage_bytes(nt, bf16), 2, 8);
-}
-constexpr int smem_bytes(int nt, bool bf16, int src = kLoadTokens) {
-  return stages_for(nt, bf16, src) * stage_bytes(nt, bf16) + fused_bytes(src) + 1024;
-}
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
+constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
 
 struct KernelParams {
   SkinnyGemmArgs a;
@@ -96,77 +85,9 @@ __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t st
   }
 }
 
-// Eight values of token row r from column col of the bf16 rows a.x: as they are, or silu_mul's
-// (x = gate_up, rows of 2K), rounded to bf16 as silu_mul stores them.
-template <int SRC>
-__device__ __forceinline__ void source8(const SkinnyGemmArgs& a, int r, int64_t col, float (&f)[8]) {
-  using A = Act<uint16_t>;
-  const uint16_t* x = static_cast<const uint16_t*>(a.x);
-  if constexpr (SRC == kSiluMulRows) {
-    float u[8];
-    A::load8(x + r * 2 * a.k + col, f);
-    A::load8(x + r * 2 * a.k + a.k + col, u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = A::round(silu(f[j]) * u[j]);
-  } else {
-    A::load8(x + r * a.k + col, f);
-  }
-}
-
-// The FP8 rows of a fused block's tokens (rows of at most kSkinnyFusedRows): each row's max over
-// all of K, then this block's K range [k0, k0 + bytes) of codes into `region` ([row][bytes], zero
-// past K) and the rows' scales into row_scale; the same bytes quantize_fp8_rows would write.
-template <int SRC>
-__device__ __forceinline__ void form_rows(const SkinnyGemmArgs& a, int rows, int64_t k0, int bytes, uint8_t* region,
-                                          float* row_scale, float* scratch) {
-  const int tid = static_cast<int>(threadIdx.x);
-  float amax[kSkinnyFusedRows];
-#pragma unroll
-  for (int r = 0; r < kSkinnyFusedRows; ++r) amax[r] = 0.0f;
-  for (int64_t j = tid * 8; j < a.k; j += kThreads * 8) {
-#pragma unroll
-    for (int r = 0; r < kSkinnyFusedRows; ++r) {
-      if (r >= rows) continue;
-      float f[8];
-      source8<SRC>(a, r, j, f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) amax[r] = fmaxf(amax[r], fabsf(f[e]));
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kSkinnyFusedRows; ++r) {
-    if (r >= rows) continue;
-    amax[r] = block_max(amax[r], scratch);
-    if (tid == 0) row_scale[r] = fp8_row_scale(amax[r]);
-  }
-  for (int j = tid * 8; j < bytes; j += kThreads * 8) {
-#pragma unroll
-    for (int r = 0; r < kSkinnyFusedRows; ++r) {
-      if (r >= rows) continue;
-      float f[8] = {};
-      if (k0 + j < a.k) source8<SRC>(a, r, k0 + j, f);
-      store_e4m3x8(region + r * bytes + j, f, fp8_row_inv(amax[r]));
-    }
-  }
-}
-
-// A stage's token atoms from a fused block's region: rows' 16 chunks of K block kb; rows past
-// them keep the zeros written before the first stage.
-template <int NT>
-__device__ __forceinline__ void fill_tokens(uint32_t stage, const uint8_t* region, int rows, int bytes, int kb) {
-  const int tid = static_cast<int>(threadIdx.x);
-  constexpr int kChunks = kSkinnyBlockK / 16;
-  if (tid >= rows * kChunks) return;
-  const int r = tid / kChunks, c = tid % kChunks;
-  const uint4 v = *reinterpret_cast<const uint4*>(region + r * bytes + kb * kSkinnyBlockK + c * 16);
-  const uint32_t dst = stage + kAtoms * kSkinnyTileN * kAtomBytes + (c >> 3) * (NT * kAtomBytes) + swizzled(r, c & 7);
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-}
-
-template <int NT, bool BF16, int SRC>
+template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
-  static_assert(SRC == kLoadTokens || (!BF16 && NT >= kSkinnyFusedRows), "fused rows are e4m3 tokens of one tile");
-  constexpr int kStages = stages_for(NT, BF16, SRC);
+  constexpr int kStages = stages_for(NT, BF16);
   constexpr int kStageBytes = stage_bytes(NT, BF16);
   constexpr int kRegs = NT / 2;  // accumulators per thread
   extern __shared__ uint8_t smem_raw[];
@@ -188,29 +109,9 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   for (int s = 0; s < kStages - 1; ++s)
     if (s < nkb) load_weights(a, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-  // Fused: the rows' scales and this block's codes (region: generic pointer, 16-byte aligned).
-  __shared__ float row_scale[NT], scratch[32];
-  uint8_t* region =
-      smem_raw + (smem - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw))) + kStages * kStageBytes;
-  const int rows = static_cast<int>(min(int64_t{NT}, a.m - tok0)), region_bytes = nkb * kSkinnyBlockK;
-  if constexpr (SRC != kLoadTokens) {
-    form_rows<SRC>(a, rows, int64_t{kb0} * kSkinnyBlockK, region_bytes, region, row_scale, scratch);
-    // Token rows past the block's stay zero in every stage.
-    for (int i = static_cast<int>(threadIdx.x); i < kStages * kAtoms * NT * 8; i += kThreads) {
-      const int chunk = i % (kAtoms * NT * 8), st = i / (kAtoms * NT * 8);
-      if ((chunk / 8) % NT < rows) continue;
-      const uint32_t dst = smem + st * kStageBytes + kAtoms * kSkinnyTileN * kAtomBytes + chunk * 16;
-      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(dst), "r"(0));
-    }
-    __syncthreads();
-  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if constexpr (SRC != kLoadTokens) {
-      if (s < nkb) fill_tokens<NT>(smem + s * kStageBytes, region, rows, region_bytes, s);
-    } else {
-      if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
-    }
+    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
@@ -227,11 +128,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     if (next < nkb) {
       const uint32_t st = smem + (next % kStages) * kStageBytes;
       load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
-      if constexpr (SRC != kLoadTokens) {
-        fill_tokens<NT>(st, region, rows, region_bytes, next);
-      } else {
-        load_tokens<NT, BF16>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
-      }
+      load_tokens<NT, BF16>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
@@ -289,28 +186,25 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   for (int i = 0; i < kRegs; ++i) {
     const int e = i & 3, j = i >> 2;
     const int64_t ch = row0 + warp * 16 + (lane >> 2) + 8 * (e >> 1);
-    const int t = 8 * j + 2 * (lane & 3) + (e & 1);
-    // Fused: a.x_scale is null and the row's scale multiplies first, as store_scaled would.
-    store_scaled(a, ch, tok0 + t, SRC != kLoadTokens && t < rows ? d[i] * row_scale[t] : d[i]);
+    store_scaled(a, ch, tok0 + 8 * j + 2 * (lane & 3) + (e & 1), d[i]);
   }
 }
 
-template <int NT, bool BF16, int SRC = kLoadTokens>
+template <int NT, bool BF16>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16, SRC>,
+  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
                    dim3(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.tiles_n),
                         static_cast<unsigned>(plan.splits)),
-                   dim3(kThreads), smem_bytes(NT, BF16, SRC), stream, p);
+                   dim3(kThreads), smem_bytes(NT, BF16), stream, p);
 }
 
-template <int NT, bool BF16, int SRC = kLoadTokens>
+template <int NT, bool BF16>
 int prepare() {
-  const auto kernel = skinny_fp8_gemm_kernel<NT, BF16, SRC>;
-  SERVE8_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes(NT, BF16, SRC)));
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         smem_bytes(NT, BF16)));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem_bytes(NT, BF16, SRC)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT, BF16>, kThreads,
+                                                                  smem_bytes(NT, BF16)));
   return blocks;
 }
 
@@ -323,7 +217,6 @@ SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), works
   blocks_per_sm_[1][0] = prepare<8, true>();
   blocks_per_sm_[1][1] = prepare<16, true>();
   blocks_per_sm_[1][2] = prepare<32, true>();
-  fused_blocks_per_sm_ = std::min(prepare<8, false, kQuantizeRows>(), prepare<8, false, kSiluMulRows>());
   tma_blocks_per_sm_[0] = prepare_skinny_tma(false);
   tma_blocks_per_sm_[1] = prepare_skinny_tma(true);
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
@@ -346,27 +239,6 @@ SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16)
   // bf16 tokens: the 32-row tile streams well (bench_gemm); two of them past 32 rows do not.
   shape.tma_min_rows = x_bf16 ? 33 : kSkinnyMaxRows + 1;
   return plan_skinny_gemm(m, n, k, shape);
-}
-
-bool SkinnyFp8Gemm::run_fused(const SkinnyGemmArgs& args, bool silu_mul, cudaStream_t stream) {
-  if (args.x_bf16 || args.x_scale || args.m < 1 || args.m > kSkinnyFusedRows) return false;
-  SkinnyGemmShape shape;
-  shape.sms = sms_;
-  shape.blocks_per_sm = fused_blocks_per_sm_;
-  shape.max_workspace_bytes = workspace_bytes_;
-  const SkinnyGemmPlan plan = plan_skinny_gemm(args.m, args.n, args.k, shape);
-  if (plan.tma || plan.token_tile != 8 || plan.token_tiles != 1 || plan.tiles_n > kMaxTiles ||
-      plan.workspace_bytes > workspace_bytes_ || args.m * plan.kblocks_per_split * kSkinnyBlockK > kFusedRegionBytes)
-    return false;
-  KernelParams p;
-  p.a = args;
-  p.kblocks = plan.kblocks;
-  p.kblocks_per_split = plan.kblocks_per_split;
-  p.splits = plan.splits;
-  p.partials = partials_;
-  p.counters = counters_;
-  silu_mul ? launch<8, false, kSiluMulRows>(p, plan, stream) : launch<8, false, kQuantizeRows>(p, plan, stream);
-  return true;
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {

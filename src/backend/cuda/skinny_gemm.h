@@ -45,18 +45,12 @@ class SkinnyFp8Gemm {
   // False (nothing launched) when the plan is refused or does not fit the workspace; a plan of
   // the caller's is for bench_gemm's split sweeps.
   bool run(const SkinnyGemmArgs& args, cudaStream_t stream);
-  // out = the GEMM of the FP8 rows that quantize_fp8_rows (silu_mul: silu_mul with FP8 rows) would
-  // make of the bf16 rows args.x ([M, K], silu_mul: [M, 2K]; args.x_scale null), formed inside the
-  // GEMM's blocks: M up to kSkinnyFusedRows, each block reading all of its rows for their scales.
-  // False (nothing launched) where the plan does not fit; the caller then runs the two ops.
-  bool run_fused(const SkinnyGemmArgs& args, bool silu_mul, cudaStream_t stream);
   bool run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream);
 
  private:
   int sms_ = 0;
   int blocks_per_sm_[2][kSkinnyTokenTileCount] = {};  // [x_bf16][token tile]; 0 where not built
   int tma_blocks_per_sm_[2] = {};                     // the TMA kernel's, [x_bf16]
-  int fused_blocks_per_sm_ = 0;                       // run_fused's
   size_t workspace_bytes_ = 0;
   float* partials_ = nullptr;
   unsigned* counters_ = nullptr;

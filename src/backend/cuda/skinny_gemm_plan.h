@@ -14,9 +14,6 @@ constexpr int kSkinnyBlockK = 256;  // K bytes of each weight row per pipeline s
 // The most rows of e4m3 tokens in this kernel: from 17 the TMA kernel below takes them (bench_gemm,
 // bench/README.md).
 constexpr int kSkinnyMaxRows = 16;
-// The most rows whose FP8 codes a block forms itself (SkinnyFp8Gemm::run_fused): each block reads
-// all of every row, so the cost grows with the rows; the decode of a few sequences.
-constexpr int kSkinnyFusedRows = 4;
 // The most rows of bf16 tokens (weight-only FP8), where the alternative is widening the matrix.
 constexpr int kSkinnyMaxRowsBf16 = 64;
 
