@@ -5,8 +5,8 @@
 // skinny kernels as planned ("serve8 skinny", bench/gemm/choices.py's input), its weight-only FP8
 // GEMM (gemm_fp8_weights, bf16 inputs: the skinny kernel up to 64 rows, the widened matrix and
 // cuBLASLt above), cuBLASLt FP8 (e4m3 with per-row and per-channel scales), the skinny kernel at
-// forced split counts (--splits; the TMA kernel's from 17 rows) and cuBLASLt bf16 (the bf16
-// weights' GEMM).
+// forced split counts (--splits; the TMA kernel's from 17 rows), and for bf16 weights cuBLASLt
+// bf16 against the skinny kernel on bf16 weights up to 16 rows ("serve8 skinny bf16").
 //
 //   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
 //              [--algos N]
@@ -291,16 +291,31 @@ int run(int argc, char** argv) {
                              SERVE8_CHECK(skinny.run(g, plan, s), "bench_gemm: the skinny kernel refused a plan");
                            }});
       }
-      kernels.push_back({"cublaslt bf16", double(n * k) * 2,
-                         [&](int c) {
-                           const Tensor tw16(const_cast<uint8_t*>(w16_copy(c)), DType::kBF16, {n, k});
-                           be.gemm(tx16, tw16, nullptr, tout);
-                         },
-                         2});
       GemmArgs ba = fa;
       ba.x = x16.data();
       ba.in_type = CUDA_R_16BF;
       ba.x_scale = ba.w_scale = nullptr;
+      kernels.push_back({"cublaslt bf16", double(n * k) * 2,
+                         [&, ba](int c) {
+                           GemmArgs g = ba;
+                           g.w = w16_copy(c);
+                           lt.run(g);
+                         },
+                         2});
+      // serve8's skinny kernel on bf16 weights as planned, whatever the table says.
+      SkinnyGemmArgs sb = sa;
+      sb.x = x16.data();
+      sb.x_bf16 = sb.w_bf16 = true;
+      sb.x_scale = sb.w_scale = nullptr;
+      if (const SkinnyGemmPlan plan = skinny.plan(m, n, k, true, true); plan.token_tile != 0)
+        kernels.push_back({"serve8 skinny bf16", double(n * k) * 2,
+                           [&, sb, plan](int c) {
+                             SkinnyGemmArgs g = sb;
+                             g.w = w16_copy(c);
+                             SERVE8_CHECK(skinny.run(g, plan, s),
+                                          "bench_gemm: the skinny kernel refused its bf16 plan");
+                           },
+                           2});
       for (int r = 1; r < algos; ++r) {
         CublasLtGemm& g = *ranked[static_cast<size_t>(r - 1)];
         const std::string tag = " #" + std::to_string(r + 1);

@@ -9,12 +9,13 @@ namespace serve8::test {
 namespace {
 
 constexpr Fp8GemmChoice kTable[] = {
-    {"H100", 4096, 4096, 8, true},  {"H100", 4096, 4096, 16, false}, {"H100", 4096, 4096, 32, false},
-    {"H100", 4096, 4096, 64, true}, {"H200", 4096, 4096, 64, false}, {"H100", 6144, 4096, 64, true},
+    {"H100", 4096, 4096, 8, true},        {"H100", 4096, 4096, 16, false},      {"H100", 4096, 4096, 32, false},
+    {"H100", 4096, 4096, 64, true},       {"H200", 4096, 4096, 64, false},      {"H100", 6144, 4096, 64, true},
+    {"H100", 4096, 4096, 4, false, true}, {"H100", 4096, 4096, 16, true, true}, {"H100", 6144, 4096, 64, false, true},
 };
 
 TEST(Fp8GemmChoices, AGpuTakesTheEntriesOfItsName) {
-  EXPECT_EQ(fp8_gemm_choices_for(kTable, "NVIDIA H100 80GB HBM3").size(), 5u);
+  EXPECT_EQ(fp8_gemm_choices_for(kTable, "NVIDIA H100 80GB HBM3").size(), 8u);
   EXPECT_EQ(fp8_gemm_choices_for(kTable, "NVIDIA H200").size(), 1u);
   EXPECT_TRUE(fp8_gemm_choices_for(kTable, "NVIDIA A100-SXM4-80GB").empty());
 }
@@ -40,13 +41,27 @@ TEST(Fp8GemmChoices, ARowCountOnlyHearsTimingsOfTheKernelItRuns) {
   EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 6144, 4096, kSkinnyMaxRows + 1));
 }
 
+TEST(Fp8GemmChoices, Bf16WeightsTakeTheSkinnyKernelOnlyWhereItWasTimedFaster) {
+  const auto h100 = fp8_gemm_choices_for(kTable, "H100");
+  EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 1));
+  EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 4));
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 5));  // the 16-row verdict: cuBLASLt
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 17));
+  // Never timed at 1-16 rows (a 64-row entry is past the kernel) or never timed at all: cuBLASLt.
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 6144, 4096, 1));
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 14336, 1));
+  // The FP8 verdicts ignore the bf16 ones: 4096 x 4096 at 1-8 rows stays cuBLASLt's, at 9-16 serve8's.
+  EXPECT_TRUE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 4));
+  EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 16));
+}
+
 TEST(Fp8GemmChoices, TheMeasuredTableNamesAGpuAndDecodeRows) {
   ASSERT_FALSE(fp8_gemm_choices().empty());
   for (const Fp8GemmChoice& c : fp8_gemm_choices()) {
     EXPECT_TRUE(c.device == "H100" || c.device == "H200") << c.device;
     EXPECT_GT(c.n, 0);
     EXPECT_GT(c.k, 0);
-    EXPECT_TRUE(c.rows >= 1 && c.rows <= kSkinnyTmaMaxRows) << c.rows;
+    EXPECT_TRUE(c.rows >= 1 && c.rows <= (c.bf16 ? kSkinnyMaxRows : kSkinnyTmaMaxRows)) << c.rows;
   }
 }
 

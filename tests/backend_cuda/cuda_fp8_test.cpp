@@ -1,10 +1,12 @@
 // The CUDA backend's FP8 weight ops against the CPU reference: the same e4m3 bytes from per-row
 // quantization, and the FP8 GEMMs (e4m3 inputs, and bf16 inputs for weight-only FP8) on every
-// Llama-3-8B, Llama-2-13B and Llama-2-70B weight shape.
+// Llama-3-8B, Llama-2-13B and Llama-2-70B weight shape; and the same skinny kernel on bf16 weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <tuple>
 
 #include "backend/backend.h"
@@ -279,6 +281,70 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
     EXPECT_LT(rel_error(to_host(*gpu_, out.data(), DType::kBF16, size_t(m * n)).values(), ref.values()), 4e-3)
         << m << "x" << n << "x" << k << (c.bf16 ? " bf16" : " e4m3") << ", " << plan.splits << " splits";
   }
+}
+
+// bf16 weights in the skinny kernel (1-16 rows), run as planned (the backend takes it only where
+// the measured table says): Llama shapes' first channels, then a bias, fp32 output, a partial
+// channel tile and forced K splits. bf16 products are exact in fp32; the rest is summation order.
+TEST_F(CudaBackendTest, SkinnyGemmOnBf16WeightsMatchesCpu) {
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  SkinnyFp8Gemm skinny(sms);
+  constexpr int64_t kChecked = 256;
+  const auto run = [&](int64_t m, int64_t n, int64_t k, const HostArray& w, const HostArray* bias, bool out_f32,
+                       const SkinnyGemmPlan& plan, const std::string& what) {
+    ASSERT_NE(plan.token_tile, 0) << what;
+    const int64_t checked = std::min(n, kChecked);
+    HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * k), 2.0f));
+    HostArray xf(DType::kF32, x.values()), ref(DType::kF32, static_cast<size_t>(m * checked));
+    std::vector<float> wv = w.values();
+    wv.resize(static_cast<size_t>(checked * k));
+    HostArray wf(DType::kF32, wv);
+    std::optional<HostArray> bf;
+    if (bias) bf.emplace(DType::kF32, bias->values());
+    const Tensor cb = bf ? bf->view({n}).rows(0, checked) : Tensor();
+    cpu_->gemm(xf.view({m, k}), wf.view({checked, k}), bf ? &cb : nullptr, ref.view({m, checked}));
+    auto dx = to_device(*gpu_, x), dw = to_device(*gpu_, w);
+    std::optional<DeviceArray> db;
+    if (bias) db.emplace(to_device(*gpu_, *bias));
+    const size_t out_bytes = static_cast<size_t>(m * n) * (out_f32 ? 4 : 2);
+    Buffer out(*gpu_, out_bytes);
+    poison(*gpu_, out.data(), out_bytes);
+    SkinnyGemmArgs a;
+    a.x = dx.buf.data();
+    a.x_bf16 = a.w_bf16 = true;
+    a.w = static_cast<const uint8_t*>(dw.buf.data());
+    a.bias = db ? db->buf.data() : nullptr;
+    a.out = out.data();
+    a.out_f32 = out_f32;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's copies are on its own stream
+    ASSERT_TRUE(skinny.run(a, plan, nullptr)) << what;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> all =
+        to_host(*gpu_, out.data(), out_f32 ? DType::kF32 : DType::kBF16, static_cast<size_t>(m * n)).values();
+    const std::vector<float> got = checked_channels(all, m, WeightShape{what.c_str(), n, k}, checked);
+    EXPECT_LT(rel_error(got, ref.values()), out_f32 ? 1e-5 : 4e-3) << what << ", " << plan.splits << " splits";
+  };
+  for (const WeightShape& s : kLlamaShapes) {
+    if (s.n * s.k > (int64_t{64} << 20)) continue;  // host memory: the gate_up matrices and 70B's
+    const HostArray w(DType::kBF16, rng_.normals(static_cast<size_t>(s.n * s.k), 0.05f));
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{16}})
+      run(m, s.n, s.k, w, nullptr, false, skinny.plan(m, s.n, s.k, true, true),
+          std::string(s.model) + " M=" + std::to_string(m));
+  }
+  const int64_t n = 200, k = 1024;
+  const HostArray w(DType::kBF16, rng_.normals(static_cast<size_t>(n * k), 0.05f));
+  const HostArray bias(DType::kBF16, rng_.normals(static_cast<size_t>(n)));
+  for (const int splits : {1, 3, 8})
+    for (const int64_t m : {int64_t{3}, int64_t{16}})
+      run(m, n, k, w, &bias, true, skinny_gemm_with_splits(m, n, 2 * k, splits),
+          "200x1024 bias fp32 M=" + std::to_string(m));
+  // More than 16 rows and e4m3 tokens are not the bf16 variant's.
+  EXPECT_EQ(skinny.plan(17, n, k, true, true).token_tile, 0);
+  EXPECT_EQ(skinny.plan(4, n, k, false, true).token_tile, 0);
 }
 
 }  // namespace

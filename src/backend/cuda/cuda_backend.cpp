@@ -426,6 +426,22 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
                  dtype_name(out.dtype));
   }
   SERVE8_CHECK(k > 0 || m == 0 || n == 0, "{}: K is 0", op);
+  // A few bf16 rows: serve8's skinny kernel where bench_gemm timed it faster on this GPU.
+  if (x.dtype == DType::kBF16 && k % 16 == 0 && aligned16(x.data) && aligned16(w.data) &&
+      bf16_gemm_takes_skinny(fp8_choices_, n, k, m)) {
+    SkinnyGemmArgs g;
+    g.x = x.data;
+    g.x_bf16 = g.w_bf16 = true;
+    g.w = w.ptr<const uint8_t>();
+    g.bias = bias ? bias->data : nullptr;
+    g.bias_f32 = bias && bias->dtype == DType::kF32;
+    g.out = out.data;
+    g.out_f32 = out.dtype == DType::kF32;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    if (skinny_fp8_->run(g, stream_)) return;
+  }
   gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
 }
 

@@ -25,8 +25,18 @@ bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, 
   const auto regime = [](int64_t rows) { return rows > kSkinnyMaxRows; };
   const Fp8GemmChoice* best = nullptr;
   for (const Fp8GemmChoice& c : choices)
-    if (c.n == n && c.k == k && c.rows >= m && regime(c.rows) == regime(m) && (!best || c.rows < best->rows)) best = &c;
+    if (!c.bf16 && c.n == n && c.k == k && c.rows >= m && regime(c.rows) == regime(m) && (!best || c.rows < best->rows))
+      best = &c;
   return best && best->cublaslt;
+}
+
+bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m) {
+  if (m < 1 || m > kSkinnyMaxRows) return false;
+  const Fp8GemmChoice* best = nullptr;
+  for (const Fp8GemmChoice& c : choices)
+    if (c.bf16 && c.n == n && c.k == k && c.rows >= m && c.rows <= kSkinnyMaxRows && (!best || c.rows < best->rows))
+      best = &c;
+  return best && !best->cublaslt;
 }
 
 }  // namespace serve8

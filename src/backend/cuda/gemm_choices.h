@@ -1,7 +1,8 @@
-// Which FP8 GEMM (e4m3 tokens) a shape takes on a GPU: serve8's skinny kernels, or cuBLASLt where
-// bench_gemm timed it faster. gemm_choices_table.inc holds the timings' verdicts, written by
-// bench/gemm/choices.py from bench_gemm records; shapes it lacks take serve8's kernels. Plain host
-// code, built without CUDA.
+// Which GEMM a decode shape takes on a GPU: serve8's skinny kernels, or cuBLASLt where bench_gemm
+// timed it faster. gemm_choices_table.inc holds the timings' verdicts, written by
+// bench/gemm/choices.py from bench_gemm records. FP8 (e4m3 tokens) shapes it lacks take serve8's
+// kernels, which have served them since before the table; bf16 ones cuBLASLt. Plain host code,
+// built without CUDA.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@ struct Fp8GemmChoice {
   int64_t n = 0, k = 0;     // the weight matrix, [n, k]
   int64_t rows = 0;         // the token rows timed
   bool cublaslt = false;    // cuBLASLt was faster at these rows
+  bool bf16 = false;        // bf16 weights and tokens (1-16 rows), else e4m3
 };
 
 // The table measured (gemm_choices_table.inc).
@@ -28,5 +30,9 @@ std::vector<Fp8GemmChoice> fp8_gemm_choices_for(std::span<const Fp8GemmChoice> t
 // matrix among those that run the same kernel of serve8's (1-16 rows, 17-64), so 64 rows speak
 // for 33-64 when 32 and 64 were timed; false where none was.
 bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
+
+// Whether m bf16 rows of a bf16 [n, k] take serve8's skinny kernel: 1-16 rows, where the verdict
+// timed at the fewest rows >= m (up to 16) says it beat cuBLASLt bf16; false where none was.
+bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
 
 }  // namespace serve8

@@ -3,6 +3,7 @@
 // rows' 256 elements per stage into 128-byte-swizzled shared memory (atoms of [rows][128 bytes]).
 // e4m3 tokens: wgmma m64nXk32 e4m3 multiplies from there. bf16 tokens: each thread widens its
 // part of the weights to bf16 registers and wgmma m64nXk16 bf16 takes them with the tokens' atoms.
+// bf16 weights (W16): 128 elements a stage of both, wgmma m64nXk16 bf16 from shared memory alone.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -25,15 +26,21 @@ constexpr int kMaxTiles = 65535;  // channel tiles: the grid's y
 // (channel tile, token tile) pairs, each with a counter: at most 64 bf16 rows in 32-row tiles.
 constexpr int kMaxSlots = kSkinnyMaxRowsBf16 / kSkinnyTokenTiles[kSkinnyTokenTileCount - 1] * kMaxTiles;
 
-// Token bytes per element: e4m3 or bf16.
-constexpr int token_bytes(bool bf16) { return bf16 ? 2 : 1; }
+// Token bytes a weight byte of the stage: 2 for bf16 tokens against e4m3 weights, else 1.
+constexpr int token_ratio(bool bf16, bool w16) { return bf16 && !w16 ? 2 : 1; }
 // A stage: the weight atoms (64 rows x 128 bytes each), then the token atoms (twice as many for
-// bf16 tokens).
-constexpr int stage_bytes(int nt, bool bf16) { return kAtoms * (kSkinnyTileN + nt * token_bytes(bf16)) * kAtomBytes; }
+// bf16 tokens against e4m3 weights).
+constexpr int stage_bytes(int nt, bool bf16, bool w16) {
+  return kAtoms * (kSkinnyTileN + nt * token_ratio(bf16, w16)) * kAtomBytes;
+}
 // Stages in about 110 KB, so that two blocks share an SM with 80-90 KB of weights each in flight
 // (bench_gemm swept 128-512 K bytes a stage and 64 or 128 channels a block: this one streamed best).
-constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
-constexpr int smem_bytes(int nt, bool bf16) { return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024; }
+constexpr int stages_for(int nt, bool bf16, bool w16) {
+  return std::clamp(110 * 1024 / stage_bytes(nt, bf16, w16), 2, 8);
+}
+constexpr int smem_bytes(int nt, bool bf16, bool w16) {
+  return stages_for(nt, bf16, w16) * stage_bytes(nt, bf16, w16) + 1024;
+}
 
 struct KernelParams {
   SkinnyGemmArgs a;
@@ -52,25 +59,27 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) {
   return static_cast<uint32_t>(r * kAtomBytes + ((c ^ (r & 7)) << 4));
 }
 
-// Weights: 64 rows x 16 chunks, consecutive threads along a row.
-__device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, uint32_t stage, int64_t row0, int64_t k0) {
+// Weights: 64 rows x 16 chunks, consecutive threads along a row; rows of row_bytes, k0 in bytes.
+__device__ __forceinline__ void load_weights(const SkinnyGemmArgs& a, int64_t row_bytes, uint32_t stage, int64_t row0,
+                                             int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kChunks = kSkinnyBlockK / 16;
 #pragma unroll
   for (int j = 0; j < kSkinnyTileN * kChunks / kThreads; ++j) {
     const int i = tid + j * kThreads, r = i / kChunks, c = i % kChunks;
     const int64_t row = row0 + r, col = k0 + c * 16;
-    const bool ok = row < a.n && col < a.k;
-    cp_async16(stage + (c >> 3) * (kSkinnyTileN * kAtomBytes) + swizzled(r, c & 7), ok ? a.w + row * a.k + col : a.w,
-               ok);
+    const bool ok = row < a.n && col < row_bytes;
+    cp_async16(stage + (c >> 3) * (kSkinnyTileN * kAtomBytes) + swizzled(r, c & 7),
+               ok ? a.w + row * row_bytes + col : a.w, ok);
   }
 }
 
-// Tokens: NT rows x 256 elements (e4m3: 16 chunks a row, bf16: 32), consecutive threads along a row.
-template <int NT, bool BF16>
+// Tokens: NT rows of the stage's elements from element k0 (e4m3 weights: 256, 16 chunks a row of
+// e4m3 tokens and 32 of bf16; bf16 weights: 128, 16 chunks), consecutive threads along a row.
+template <int NT, bool BF16, bool W16>
 __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t stage, int64_t tok0, int64_t k0) {
   const int tid = static_cast<int>(threadIdx.x);
-  constexpr int kBytes = token_bytes(BF16), kChunks = kSkinnyBlockK * kBytes / 16;
+  constexpr int kBytes = BF16 ? 2 : 1, kChunks = kSkinnyBlockK * token_ratio(BF16, W16) / 16;
   const uint32_t base = stage + kAtoms * kSkinnyTileN * kAtomBytes;
   const uint8_t* x = static_cast<const uint8_t*>(a.x);
 #pragma unroll
@@ -85,10 +94,12 @@ __device__ __forceinline__ void load_tokens(const SkinnyGemmArgs& a, uint32_t st
   }
 }
 
-template <int NT, bool BF16>
+template <int NT, bool BF16, bool W16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelParams p) {
-  constexpr int kStages = stages_for(NT, BF16);
-  constexpr int kStageBytes = stage_bytes(NT, BF16);
+  static_assert(BF16 || !W16, "bf16 weights take bf16 tokens");
+  constexpr int kStages = stages_for(NT, BF16, W16);
+  constexpr int kStageBytes = stage_bytes(NT, BF16, W16);
+  constexpr int kElemsPerStage = W16 ? kSkinnyBlockK / 2 : kSkinnyBlockK;
   constexpr int kRegs = NT / 2;  // accumulators per thread
   extern __shared__ uint8_t smem_raw[];
   // Swizzled operands need 1024-byte-aligned 8-row groups.
@@ -101,17 +112,18 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   const int64_t row0 = int64_t{tile} * kSkinnyTileN, tok0 = int64_t{tt} * NT;
   const int kb0 = split * p.kblocks_per_split;
   const int nkb = max(0, min(p.kblocks_per_split, p.kblocks - kb0));
+  const int64_t row_bytes = W16 ? 2 * a.k : a.k;
 
   allow_dependent_launch();
   // Weights are never written by a step: their first stages are read before waiting for the
   // kernel before this one (programmatic launch), everything else after.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s)
-    if (s < nkb) load_weights(a, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_weights(a, row_bytes, smem + s * kStageBytes, row0, int64_t{kb0 + s} * kSkinnyBlockK);
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < nkb) load_tokens<NT, BF16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kSkinnyBlockK);
+    if (s < nkb) load_tokens<NT, BF16, W16>(a, smem + s * kStageBytes, tok0, int64_t{kb0 + s} * kElemsPerStage);
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
@@ -127,12 +139,12 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
     const int next = i + kStages - 1;
     if (next < nkb) {
       const uint32_t st = smem + (next % kStages) * kStageBytes;
-      load_weights(a, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
-      load_tokens<NT, BF16>(a, st, tok0, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_weights(a, row_bytes, st, row0, int64_t{kb0 + next} * kSkinnyBlockK);
+      load_tokens<NT, BF16, W16>(a, st, tok0, int64_t{kb0 + next} * kElemsPerStage);
     }
     asm volatile("cp.async.commit_group;\n" ::);
     const uint32_t stage = smem + (i % kStages) * kStageBytes;
-    if constexpr (BF16) {
+    if constexpr (BF16 && !W16) {
       multiply_bf16_stage<NT, kSkinnyBlockK / 16>(d, stage, kSkinnyTileN * kAtomBytes,
                                                   stage + kAtoms * kSkinnyTileN * kAtomBytes);
     } else {
@@ -144,7 +156,11 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
           const uint64_t dw = smem_desc(stage + atom * (kSkinnyTileN * kAtomBytes) + kk * 32);
           const uint64_t dx =
               smem_desc(stage + kAtoms * kSkinnyTileN * kAtomBytes + atom * (NT * kAtomBytes) + kk * 32);
-          wgmma_e4m3<NT>(d, dw, dx);
+          if constexpr (W16) {
+            wgmma_bf16_ss<NT>(d, dw, dx);
+          } else {
+            wgmma_e4m3<NT>(d, dw, dx);
+          }
         }
       }
     }
@@ -190,21 +206,21 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_kernel(const KernelP
   }
 }
 
-template <int NT, bool BF16>
+template <int NT, bool BF16, bool W16 = false>
 void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16>,
+  launch_dependent(skinny_fp8_gemm_kernel<NT, BF16, W16>,
                    dim3(static_cast<unsigned>(plan.token_tiles), static_cast<unsigned>(plan.tiles_n),
                         static_cast<unsigned>(plan.splits)),
-                   dim3(kThreads), smem_bytes(NT, BF16), stream, p);
+                   dim3(kThreads), smem_bytes(NT, BF16, W16), stream, p);
 }
 
-template <int NT, bool BF16>
+template <int NT, bool BF16, bool W16 = false>
 int prepare() {
-  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(skinny_fp8_gemm_kernel<NT, BF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         smem_bytes(NT, BF16)));
+  const auto kernel = skinny_fp8_gemm_kernel<NT, BF16, W16>;
+  constexpr int bytes = smem_bytes(NT, BF16, W16);
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   int blocks = 0;
-  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_fp8_gemm_kernel<NT, BF16>, kThreads,
-                                                                  smem_bytes(NT, BF16)));
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, bytes));
   return blocks;
 }
 
@@ -217,6 +233,8 @@ SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), works
   blocks_per_sm_[1][0] = prepare<8, true>();
   blocks_per_sm_[1][1] = prepare<16, true>();
   blocks_per_sm_[1][2] = prepare<32, true>();
+  blocks_per_sm_[2][0] = prepare<8, true, true>();
+  blocks_per_sm_[2][1] = prepare<16, true, true>();
   tma_blocks_per_sm_[0] = prepare_skinny_tma(false);
   tma_blocks_per_sm_[1] = prepare_skinny_tma(true);
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
@@ -229,11 +247,17 @@ SkinnyFp8Gemm::~SkinnyFp8Gemm() {
   cudaFree(counters_);
 }
 
-SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16) const {
+SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16, bool w_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
-  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
   shape.max_workspace_bytes = workspace_bytes_;
+  if (w_bf16) {  // K blocks count weight bytes; no TMA kernel
+    if (!x_bf16 || m > kSkinnyMaxRows) return {};
+    shape.blocks_per_sm = blocks_per_sm_[2][skinny_token_tile_index(m)];
+    shape.max_rows = kSkinnyMaxRows;
+    return plan_skinny_gemm(m, n, 2 * k, shape);
+  }
+  shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
   shape.max_rows = x_bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows;
   shape.tma_blocks_per_sm = tma_blocks_per_sm_[x_bf16 ? 1 : 0];
   // bf16 tokens: the 32-row tile streams well (bench_gemm); two of them past 32 rows do not.
@@ -242,15 +266,16 @@ SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16)
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
-  return run(args, plan(args.m, args.n, args.k, args.x_bf16), stream);
+  return run(args, plan(args.m, args.n, args.k, args.x_bf16, args.w_bf16), stream);
 }
 
 bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  const bool bf16 = args.x_bf16;
+  const bool bf16 = args.x_bf16, w16 = args.w_bf16;
+  if (w16 && (!bf16 || plan.tma || plan.token_tile > 16)) return false;
   if (plan.tma) return run_skinny_tma(args, plan, stream);
   if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
       int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||
-      int64_t{plan.token_tile} * plan.token_tiles > (bf16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
+      int64_t{plan.token_tile} * plan.token_tiles > (bf16 && !w16 ? kSkinnyMaxRowsBf16 : kSkinnyMaxRows))
     return false;
   KernelParams p;
   p.a = args;
@@ -259,6 +284,10 @@ bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, 
   p.splits = plan.splits;
   p.partials = partials_;
   p.counters = counters_;
+  if (w16) {
+    plan.token_tile == 8 ? launch<8, true, true>(p, plan, stream) : launch<16, true, true>(p, plan, stream);
+    return true;
+  }
   switch (plan.token_tile) {
     case 8:
       bf16 ? launch<8, true>(p, plan, stream) : launch<8, false>(p, plan, stream);

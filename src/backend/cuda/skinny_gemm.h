@@ -3,7 +3,8 @@
 // cuts the work, and a tile's last split block adds the partials. e4m3 tokens (up to 16 rows)
 // multiply on the FP8 tensor cores, 17-64 rows in the TMA kernel (skinny_gemm_tma.h); bf16 tokens
 // (weight-only FP8, up to 64) on the bf16 ones, each thread widening its share of the weights
-// (exactly: e4m3 fits bf16) into wgmma's register operand.
+// (exactly: e4m3 fits bf16) into wgmma's register operand. bf16 weights with bf16 tokens (up to
+// 16 rows) take the same kernel with both operands in shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,10 +17,12 @@ namespace serve8 {
 
 // out[m, n] = (x[m] · w[n]) * x_scale[m] * w_scale[n] (+ bias[n]); w e4m3 rows of k bytes, x e4m3
 // rows of k bytes or, with x_bf16, bf16 rows of k elements and no x_scale (k a multiple of 16, x
-// and w 16-byte aligned); out bf16 or fp32.
+// and w 16-byte aligned); out bf16 or fp32. With w_bf16 (and x_bf16), w is bf16 rows of k elements
+// and w_scale may be null (1).
 struct SkinnyGemmArgs {
   const void* x = nullptr;
   bool x_bf16 = false;
+  bool w_bf16 = false;
   const uint8_t* w = nullptr;
   const float* x_scale = nullptr;
   const float* w_scale = nullptr;
@@ -39,7 +42,7 @@ class SkinnyFp8Gemm {
   SkinnyFp8Gemm& operator=(const SkinnyFp8Gemm&) = delete;
 
   // token_tile 0 if the shape is not for this kernel.
-  SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k, bool x_bf16 = false) const;
+  SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k, bool x_bf16 = false, bool w_bf16 = false) const;
   size_t workspace_bytes() const { return workspace_bytes_; }
 
   // False (nothing launched) when the plan is refused or does not fit the workspace; a plan of
@@ -49,8 +52,9 @@ class SkinnyFp8Gemm {
 
  private:
   int sms_ = 0;
-  int blocks_per_sm_[2][kSkinnyTokenTileCount] = {};  // [x_bf16][token tile]; 0 where not built
-  int tma_blocks_per_sm_[2] = {};                     // the TMA kernel's, [x_bf16]
+  // [e4m3 tokens, bf16 tokens, bf16 weights][token tile]; 0 where not built
+  int blocks_per_sm_[3][kSkinnyTokenTileCount] = {};
+  int tma_blocks_per_sm_[2] = {};  // the TMA kernel's, [x_bf16]
   size_t workspace_bytes_ = 0;
   float* partials_ = nullptr;
   unsigned* counters_ = nullptr;

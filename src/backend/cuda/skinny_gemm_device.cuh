@@ -107,6 +107,27 @@ __device__ __forceinline__ void wgmma_bf16<64>(float (&d)[32], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
+// bf16 weights: A (64 weight rows, k16) and B (tokens) both from shared memory, K-major.
+template <int NT>
+__device__ __forceinline__ void wgmma_bf16_ss(float (&d)[NT / 2], uint64_t a, uint64_t b);
+
+template <>
+__device__ __forceinline__ void wgmma_bf16_ss<8>(float (&d)[4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_bf16_ss<16>(float (&d)[8], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 0, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b));
+}
+
 // Two e4m3 codes (the lower byte first in K) as two bf16 (the lower half first), exactly.
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t codes) {
   const __half2 h(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3));
@@ -153,7 +174,7 @@ __device__ __forceinline__ void store_scaled(const SkinnyGemmArgs& a, int64_t ch
   if (a.bias)
     b = a.bias_f32 ? static_cast<const float*>(a.bias)[ch]
                    : bf16_bits_to_float(static_cast<const uint16_t*>(a.bias)[ch]);
-  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * a.w_scale[ch] + b;
+  const float r = v * (a.x_scale ? a.x_scale[tok] : 1.0f) * (a.w_scale ? a.w_scale[ch] : 1.0f) + b;
   if (a.out_f32) {
     static_cast<float*>(a.out)[tok * a.n + ch] = r;
   } else {
