@@ -205,7 +205,7 @@ int run(int argc, char** argv) {
   CublasLtGemm lt(s);
   std::vector<std::unique_ptr<CublasLtGemm>> ranked;  // ranked[r - 1]: the heuristic's algorithm r
   for (int r = 1; r < algos; ++r) ranked.push_back(std::make_unique<CublasLtGemm>(s, r));
-  SkinnyFp8Gemm skinny(props.multiProcessorCount);
+  SkinnyGemm skinny(props.multiProcessorCount);
   const int64_t max_m = *std::max_element(ms_list.begin(), ms_list.end());
   // Weight-only FP8 above 16 rows widens the matrix into a buffer sized here, as a model does.
   StepLimits limits{static_cast<int>(max_m), 1, 1, 1, 64};

@@ -241,7 +241,7 @@ TEST_F(CudaBackendTest, Fp8GemmWithBiasAndRefusals) {
 TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  SkinnyFp8Gemm skinny(sms);
+  SkinnyGemm skinny(sms);
   struct Case {
     int64_t m, n, k;
     bool bf16;
@@ -289,7 +289,7 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
 TEST_F(CudaBackendTest, SkinnyGemmOnBf16WeightsMatchesCpu) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  SkinnyFp8Gemm skinny(sms);
+  SkinnyGemm skinny(sms);
   constexpr int64_t kChecked = 256;
   const auto run = [&](int64_t m, int64_t n, int64_t k, const HostArray& w, const HostArray* bias, bool out_f32,
                        const SkinnyGemmPlan& plan, const std::string& what) {

@@ -213,7 +213,7 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : 
   profiler_.attach(stream_);
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
-  skinny_fp8_ = std::make_unique<SkinnyFp8Gemm>(props_.multiProcessorCount);
+  skinny_ = std::make_unique<SkinnyGemm>(props_.multiProcessorCount);
   fp8_choices_ = fp8_gemm_choices_for(fp8_gemm_choices(), props_.name);
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
@@ -222,7 +222,7 @@ CudaBackend::~CudaBackend() {
   on_device();
   if (stream_) cudaStreamSynchronize(stream_);
   gemm_.reset();
-  skinny_fp8_.reset();
+  skinny_.reset();
   sampler_.reset();
   attention_.reset();
   if (arrays_) cudaFree(arrays_);
@@ -440,7 +440,7 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
     g.m = m;
     g.n = n;
     g.k = k;
-    if (skinny_fp8_->run(g, stream_)) return;
+    if (skinny_->run(g, stream_)) return;
   }
   gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
 }

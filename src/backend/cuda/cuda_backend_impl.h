@@ -127,7 +127,7 @@ class CudaBackend final : public Backend {
   cudaDeviceProp props_{};
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
-  std::unique_ptr<SkinnyFp8Gemm> skinny_fp8_;
+  std::unique_ptr<SkinnyGemm> skinny_;
   std::vector<Fp8GemmChoice> fp8_choices_;  // this GPU's entries of the measured table
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;

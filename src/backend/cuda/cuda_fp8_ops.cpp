@@ -88,7 +88,7 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   if (aligned16(xq.data) && aligned16(wq.data) && !fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), wq.dim(1), m)) {
     SkinnyGemmArgs g = skinny_args(xq, wq, w_scale, bias, out);
     g.x_scale = x_scale.ptr<const float>();
-    if (skinny_fp8_->run(g, stream_)) return;
+    if (skinny_->run(g, stream_)) return;
   }
   GemmArgs a = cuda_ops::gemm_args(xq, wq, bias, out, m);
   a.x_scale = x_scale.ptr<const float>();
@@ -107,7 +107,7 @@ void CudaBackend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tens
   if (x.dtype == DType::kBF16 && aligned16(x.data) && aligned16(wq.data)) {
     SkinnyGemmArgs g = skinny_args(x, wq, w_scale, bias, out);
     g.x_bf16 = true;
-    if (skinny_fp8_->run(g, stream_)) return;
+    if (skinny_->run(g, stream_)) return;
   }
   // More rows than the skinny kernel takes: widen the matrix into the compute dtype (the product
   // of each code and its row's scale, rounded once) and run the dense GEMM on it.

@@ -226,7 +226,7 @@ int prepare() {
 
 }  // namespace
 
-SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
+SkinnyGemm::SkinnyGemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_bytes_(workspace_bytes) {
   static_assert(kSkinnyTokenTileCount == 3 && kSkinnyMaxRows == 16, "prepare every token tile built");
   blocks_per_sm_[0][0] = prepare<8, false>();
   blocks_per_sm_[0][1] = prepare<16, false>();
@@ -242,12 +242,12 @@ SkinnyFp8Gemm::SkinnyFp8Gemm(int sms, size_t workspace_bytes) : sms_(sms), works
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxSlots * sizeof(unsigned)));
 }
 
-SkinnyFp8Gemm::~SkinnyFp8Gemm() {
+SkinnyGemm::~SkinnyGemm() {
   cudaFree(partials_);
   cudaFree(counters_);
 }
 
-SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16, bool w_bf16) const {
+SkinnyGemmPlan SkinnyGemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16, bool w_bf16) const {
   SkinnyGemmShape shape;
   shape.sms = sms_;
   shape.max_workspace_bytes = workspace_bytes_;
@@ -265,11 +265,11 @@ SkinnyGemmPlan SkinnyFp8Gemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16,
   return plan_skinny_gemm(m, n, k, shape);
 }
 
-bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
+bool SkinnyGemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
   return run(args, plan(args.m, args.n, args.k, args.x_bf16, args.w_bf16), stream);
 }
 
-bool SkinnyFp8Gemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
+bool SkinnyGemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16, w16 = args.w_bf16;
   if (w16 && (!bf16 || plan.tma || plan.token_tile > 16)) return false;
   if (plan.tma) return run_skinny_tma(args, plan, stream);

@@ -1,10 +1,10 @@
-// The FP8 GEMM for small decode batches on Hopper's tensor cores: the weights are the wgmma's
+// The GEMM for small decode batches on Hopper's tensor cores: the weights are the wgmma's
 // 64-row operand and the tokens its narrow one, so each weight byte is read once; skinny_gemm_plan.h
 // cuts the work, and a tile's last split block adds the partials. e4m3 tokens (up to 16 rows)
 // multiply on the FP8 tensor cores, 17-64 rows in the TMA kernel (skinny_gemm_tma.h); bf16 tokens
 // (weight-only FP8, up to 64) on the bf16 ones, each thread widening its share of the weights
-// (exactly: e4m3 fits bf16) into wgmma's register operand. bf16 weights with bf16 tokens (up to
-// 16 rows) take the same kernel with both operands in shared memory.
+// (exactly: e4m3 fits bf16) into wgmma's register operand. e4m3 weights throughout, except bf16
+// weights with bf16 tokens (up to 16 rows): the same kernel, both operands in shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,13 +33,13 @@ struct SkinnyGemmArgs {
   int64_t m = 0, n = 0, k = 0;
 };
 
-class SkinnyFp8Gemm {
+class SkinnyGemm {
  public:
   // Allocates the partial sums and the per-tile counters once; launches allocate nothing.
-  explicit SkinnyFp8Gemm(int sms, size_t workspace_bytes = size_t{32} << 20);
-  ~SkinnyFp8Gemm();
-  SkinnyFp8Gemm(const SkinnyFp8Gemm&) = delete;
-  SkinnyFp8Gemm& operator=(const SkinnyFp8Gemm&) = delete;
+  explicit SkinnyGemm(int sms, size_t workspace_bytes = size_t{32} << 20);
+  ~SkinnyGemm();
+  SkinnyGemm(const SkinnyGemm&) = delete;
+  SkinnyGemm& operator=(const SkinnyGemm&) = delete;
 
   // token_tile 0 if the shape is not for this kernel.
   SkinnyGemmPlan plan(int64_t m, int64_t n, int64_t k, bool x_bf16 = false, bool w_bf16 = false) const;

@@ -1,5 +1,5 @@
 // The skinny FP8 GEMM's TMA kernel for 17-64 e4m3 token rows and 33-64 bf16 ones
-// (skinny_gemm_tma.cu); SkinnyFp8Gemm dispatches to it where its plan says `tma`.
+// (skinny_gemm_tma.cu); SkinnyGemm dispatches to it where its plan says `tma`.
 #pragma once
 
 #include <cuda_runtime.h>
