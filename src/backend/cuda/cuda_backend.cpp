@@ -429,18 +429,7 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
   // A few bf16 rows: serve8's skinny kernel where bench_gemm timed it faster on this GPU.
   if (x.dtype == DType::kBF16 && k % 16 == 0 && aligned16(x.data) && aligned16(w.data) &&
       bf16_gemm_takes_skinny(fp8_choices_, n, k, m)) {
-    SkinnyGemmArgs g;
-    g.x = x.data;
-    g.x_bf16 = g.w_bf16 = true;
-    g.w = w.ptr<const uint8_t>();
-    g.bias = bias ? bias->data : nullptr;
-    g.bias_f32 = bias && bias->dtype == DType::kF32;
-    g.out = out.data;
-    g.out_f32 = out.dtype == DType::kF32;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    if (skinny_->run(g, stream_)) return;
+    if (skinny_->run(cuda_ops::skinny_args(x, w, nullptr, bias, out, m), stream_)) return;
   }
   gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
 }

@@ -35,23 +35,6 @@ void check_fp8_gemm(const char* op, const Tensor& x, const char* x_name, const T
   }
 }
 
-// The skinny kernel's arguments for x [M, K] (e4m3 or bf16, said by the caller) and e4m3 wq.
-SkinnyGemmArgs skinny_args(const Tensor& x, const Tensor& wq, const Tensor& w_scale, const Tensor* bias,
-                           const Tensor& out) {
-  SkinnyGemmArgs g;
-  g.x = x.data;
-  g.w = wq.ptr<const uint8_t>();
-  g.w_scale = w_scale.ptr<const float>();
-  g.bias = bias ? bias->data : nullptr;
-  g.bias_f32 = bias && bias->dtype == DType::kF32;
-  g.out = out.data;
-  g.out_f32 = out.dtype == DType::kF32;
-  g.m = x.dim(0);
-  g.n = wq.dim(0);
-  g.k = x.dim(1);
-  return g;
-}
-
 }  // namespace
 
 void CudaBackend::quantize_fp8_rows(const Tensor& x, Tensor q, Tensor scale) {
@@ -86,7 +69,7 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   const int64_t m = xq.dim(0);
   SERVE8_CHECK(x_scale.numel() == m, "{}: x_scale {} does not fit M={}", op, x_scale.shape_str(), m);
   if (aligned16(xq.data) && aligned16(wq.data) && !fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), wq.dim(1), m)) {
-    SkinnyGemmArgs g = skinny_args(xq, wq, w_scale, bias, out);
+    SkinnyGemmArgs g = cuda_ops::skinny_args(xq, wq, &w_scale, bias, out, m);
     g.x_scale = x_scale.ptr<const float>();
     if (skinny_->run(g, stream_)) return;
   }
@@ -105,9 +88,7 @@ void CudaBackend::gemm_fp8_weights(const Tensor& x, const Tensor& wq, const Tens
   check_fp8_gemm(op, x, "x", wq, w_scale, bias, out);
   const int64_t m = x.dim(0), n = wq.dim(0), k = x.dim(1);
   if (x.dtype == DType::kBF16 && aligned16(x.data) && aligned16(wq.data)) {
-    SkinnyGemmArgs g = skinny_args(x, wq, w_scale, bias, out);
-    g.x_bf16 = true;
-    if (skinny_->run(g, stream_)) return;
+    if (skinny_->run(cuda_ops::skinny_args(x, wq, &w_scale, bias, out, m), stream_)) return;
   }
   // More rows than the skinny kernel takes: widen the matrix into the compute dtype (the product
   // of each code and its row's scale, rounded once) and run the dense GEMM on it.

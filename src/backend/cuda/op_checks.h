@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "core/error.h"
 
 namespace serve8::cuda_ops {
@@ -79,6 +80,27 @@ inline GemmArgs gemm_args(const Tensor& x, const Tensor& w, const Tensor* bias, 
   a.out_type = cuda_type(out.dtype);
   a.bias_type = bias ? cuda_type(bias->dtype) : CUDA_R_16BF;
   return a;
+}
+
+// The skinny kernel's arguments for out[M, N] = x[M, K] · w[N, K]^T (+ bias): tokens and weights
+// bf16 or e4m3 as the tensors are (checked by the caller), w_scale for e4m3 weights; the caller
+// adds an x_scale for e4m3 tokens.
+inline SkinnyGemmArgs skinny_args(const Tensor& x, const Tensor& w, const Tensor* w_scale, const Tensor* bias,
+                                  const Tensor& out, int64_t m) {
+  SkinnyGemmArgs g;
+  g.x = x.data;
+  g.x_bf16 = x.dtype == DType::kBF16;
+  g.w = w.ptr<const uint8_t>();
+  g.w_bf16 = w.dtype == DType::kBF16;
+  g.w_scale = w_scale ? w_scale->ptr<const float>() : nullptr;
+  g.bias = bias ? bias->data : nullptr;
+  g.bias_f32 = bias && bias->dtype == DType::kF32;
+  g.out = out.data;
+  g.out_f32 = out.dtype == DType::kF32;
+  g.m = m;
+  g.n = w.dim(0);
+  g.k = w.dim(1);
+  return g;
 }
 
 }  // namespace serve8::cuda_ops
