@@ -9,6 +9,19 @@ constexpr Fp8GemmChoice kChoices[] = {
 #include "backend/cuda/gemm_choices_table.inc"
 };
 
+// The entry of these weights (bf16 or e4m3) and matrix timed at the fewest rows >= m among those
+// that run the same kernel of serve8's as m rows: up to kSkinnyMaxRows and past them serve8 runs
+// different kernels (skinny_gemm_plan.h). Null where none was.
+const Fp8GemmChoice* verdict_for(std::span<const Fp8GemmChoice> choices, bool bf16, int64_t n, int64_t k, int64_t m) {
+  const auto regime = [](int64_t rows) { return rows > kSkinnyMaxRows; };
+  const Fp8GemmChoice* best = nullptr;
+  for (const Fp8GemmChoice& c : choices)
+    if (c.bf16 == bf16 && c.n == n && c.k == k && c.rows >= m && regime(c.rows) == regime(m) &&
+        (!best || c.rows < best->rows))
+      best = &c;
+  return best;
+}
+
 }  // namespace
 
 std::span<const Fp8GemmChoice> fp8_gemm_choices() { return kChoices; }
@@ -21,22 +34,14 @@ std::vector<Fp8GemmChoice> fp8_gemm_choices_for(std::span<const Fp8GemmChoice> t
 }
 
 bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m) {
-  // Up to kSkinnyMaxRows rows and past them serve8 runs different kernels (skinny_gemm_plan.h).
-  const auto regime = [](int64_t rows) { return rows > kSkinnyMaxRows; };
-  const Fp8GemmChoice* best = nullptr;
-  for (const Fp8GemmChoice& c : choices)
-    if (!c.bf16 && c.n == n && c.k == k && c.rows >= m && regime(c.rows) == regime(m) && (!best || c.rows < best->rows))
-      best = &c;
-  return best && best->cublaslt;
+  const Fp8GemmChoice* c = verdict_for(choices, false, n, k, m);
+  return c && c->cublaslt;
 }
 
 bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m) {
   if (m < 1 || m > kSkinnyMaxRows) return false;
-  const Fp8GemmChoice* best = nullptr;
-  for (const Fp8GemmChoice& c : choices)
-    if (c.bf16 && c.n == n && c.k == k && c.rows >= m && c.rows <= kSkinnyMaxRows && (!best || c.rows < best->rows))
-      best = &c;
-  return best && !best->cublaslt;
+  const Fp8GemmChoice* c = verdict_for(choices, true, n, k, m);
+  return c && !c->cublaslt;
 }
 
 }  // namespace serve8
