@@ -252,7 +252,7 @@ SkinnyGemmPlan SkinnyGemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16, bo
   shape.sms = sms_;
   shape.max_workspace_bytes = workspace_bytes_;
   if (w_bf16) {  // K blocks count weight bytes; no TMA kernel
-    if (!x_bf16 || m > kSkinnyMaxRows) return {};
+    if (!x_bf16) return {};
     shape.blocks_per_sm = blocks_per_sm_[2][skinny_token_tile_index(m)];
     shape.max_rows = kSkinnyMaxRows;
     return plan_skinny_gemm(m, n, 2 * k, shape);
@@ -271,7 +271,7 @@ bool SkinnyGemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyGemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16, w16 = args.w_bf16;
-  if (w16 && (!bf16 || plan.tma || plan.token_tile > 16)) return false;
+  if (w16 && (!bf16 || plan.tma)) return false;
   if (plan.tma) return run_skinny_tma(args, plan, stream);
   if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
       int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||
