@@ -45,7 +45,7 @@ TEST(Fp8GemmChoices, Bf16WeightsTakeTheSkinnyKernelOnlyWhereItWasTimedFaster) {
   const auto h100 = fp8_gemm_choices_for(kTable, "H100");
   EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 1));
   EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 4));
-  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 5));  // the 16-row verdict: cuBLASLt
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 5));   // the 16-row verdict: cuBLASLt
   EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 17));  // no verdict at 17-64 rows
   // 6144 x 4096 was timed at 64 rows (the TMA kernel faster): 17-64 rows take it, 1-16 do not.
   EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 6144, 4096, 17));

@@ -43,9 +43,8 @@ constexpr int smem_bytes(int nt, bool bf16, bool w16) {
 }
 
 struct TmaParams {
-  CUtensorMap w_map;  // [N, K] bytes, boxes of 128 rows x 128 bytes
+  CUtensorMap w_map;  // [N, K] e4m3 or (W16) bf16, boxes of 128 rows x 128 bytes
   CUtensorMap x_map;  // [M, K] e4m3 or bf16, boxes of token_tile rows x 128 bytes
-  // w_map: e4m3 or (W16) bf16
   SkinnyGemmArgs a;
   int kblocks = 0, kblocks_per_split = 0, splits = 0;
   unsigned stage_tx = 0;  // bytes the two boxes bring a stage
