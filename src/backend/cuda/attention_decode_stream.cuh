@@ -535,12 +535,9 @@ int decode_stream_configure() {
   using L = DecodeStream<kKv, kD, kHeads>;
   static const int blocks_per_sm = [] {
     const auto kernel = attention_decode_stream_kernel<kKv, kD, kHeads>;
-    SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmemBytes));
     SERVE8_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    int n = 0;
-    SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, L::kThreads, L::kSmemBytes));
-    return n;
+    return resident_blocks(kernel, L::kThreads, L::kSmemBytes);
   }();
   return blocks_per_sm;
 }

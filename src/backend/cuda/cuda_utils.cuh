@@ -37,6 +37,16 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
+// Lets kernel take smem_bytes of dynamic shared memory and returns how many of its blocks of
+// `threads` an SM holds at once (before any graph capture: it sets a function attribute).
+template <typename... Params>
+int resident_blocks(void (*kernel)(Params...), int threads, int smem_bytes) {
+  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  int blocks = 0;
+  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes));
+  return blocks;
+}
+
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t{h} << 16); }

@@ -216,12 +216,7 @@ void launch(const KernelParams& p, const SkinnyGemmPlan& plan, cudaStream_t stre
 
 template <int NT, bool BF16, bool W16 = false>
 int prepare() {
-  const auto kernel = skinny_fp8_gemm_kernel<NT, BF16, W16>;
-  constexpr int bytes = smem_bytes(NT, BF16, W16);
-  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  int blocks = 0;
-  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, bytes));
-  return blocks;
+  return resident_blocks(skinny_fp8_gemm_kernel<NT, BF16, W16>, kThreads, smem_bytes(NT, BF16, W16));
 }
 
 }  // namespace

@@ -18,9 +18,9 @@ constexpr int kSkinnyMaxRows = 16;
 constexpr int kSkinnyMaxRowsBf16 = 64;
 
 // e4m3 tokens of 17-64 rows and bf16 ones of 33-64 (17-64 on bf16 weights, K counted in weight
-// bytes): the TMA kernel (skinny_gemm_tma.cu). A block
-// of two consumer warpgroups computes 128 channels, so the token rows are read from L2 once a 128
-// weight rows; a tile's K splits form one cluster that adds them in shared memory.
+// bytes): the TMA kernel (skinny_gemm_tma.cu). A block of two consumer warpgroups computes 128
+// channels, so the token rows are read from L2 once a 128 weight rows; a tile's K splits form one
+// cluster that adds them in shared memory.
 constexpr int kSkinnyTmaTileN = 128;
 constexpr int kSkinnyTmaBlockK = 128;  // K bytes a stage: one 128-byte swizzle row
 constexpr int kSkinnyTmaMaxRows = 64;

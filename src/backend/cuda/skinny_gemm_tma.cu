@@ -260,12 +260,7 @@ bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box
 
 template <int NT, bool BF16, bool W16 = false>
 int prepare() {
-  const auto kernel = skinny_fp8_gemm_tma_kernel<NT, BF16, W16>;
-  constexpr int bytes = smem_bytes(NT, BF16, W16);
-  SERVE8_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  int blocks = 0;
-  SERVE8_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, bytes));
-  return blocks;
+  return resident_blocks(skinny_fp8_gemm_tma_kernel<NT, BF16, W16>, kThreads, smem_bytes(NT, BF16, W16));
 }
 
 template <int NT, bool BF16, bool W16 = false>
