@@ -3,6 +3,8 @@
 // reading costs.
 #include "bench_kernels.h"
 
+#include "backend/kv_layout.h"
+
 namespace serve8 {
 namespace {
 
@@ -39,7 +41,6 @@ __global__ void gather_read_kernel(const int32_t* __restrict__ kv_indptr, const 
   const int start = split * chunk, end = min(kv_len, start + chunk);
   const int row_chunks = row_bytes / 16;
   const int total = max(end - start, 0) * row_chunks;
-  const int64_t slot_bytes = int64_t{num_kv_heads} * row_bytes;
   unsigned acc = 0;
   for (int base = threadIdx.x; base < total; base += kThreads * kUnroll) {
     uint4 kv[2 * kUnroll];
@@ -49,7 +50,7 @@ __global__ void gather_read_kernel(const int32_t* __restrict__ kv_indptr, const 
       kv[2 * u] = kv[2 * u + 1] = uint4{};
       if (i < total) {
         const int64_t off =
-            kv_indices[kv_begin + start + i / row_chunks] * slot_bytes + int64_t{h} * row_bytes + (i % row_chunks) * 16;
+            kv_row(kv_indices[kv_begin + start + i / row_chunks], h, num_kv_heads) * row_bytes + (i % row_chunks) * 16;
         kv[2 * u] = __ldcs(reinterpret_cast<const uint4*>(k_pool + off));
         kv[2 * u + 1] = __ldcs(reinterpret_cast<const uint4*>(v_pool + off));
       }

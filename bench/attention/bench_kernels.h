@@ -17,8 +17,8 @@ void launch_stream_read(const void* src, size_t bytes, unsigned* sink, cudaStrea
 void launch_l2_fill_read(const void* src, size_t bytes, unsigned* sink, cudaStream_t stream);
 
 // Reads, for every sequence b (kv_indptr[b]..kv_indptr[b+1]) and KV head h, the row_bytes of K and
-// of V at slot kv_indices[t] * slot_bytes + h * row_bytes: the decode kernels' access pattern,
-// one block per (split, sequence, KV head) as they launch.
+// of V at pool row kv_row(kv_indices[t], h) (backend/kv_layout.h): the decode kernels' access
+// pattern, one block per (split, sequence, KV head) as they launch.
 void launch_gather_read(const int32_t* kv_indptr, const int32_t* kv_indices, const void* k_pool, const void* v_pool,
                         int num_seqs, int num_kv_heads, int row_bytes, int splits, unsigned* sink, cudaStream_t stream);
 
