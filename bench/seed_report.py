@@ -10,6 +10,10 @@ the GPU) and the issue's goals, met or not; writes a bar plot of req/s per KV dt
 and dataset (matplotlib, Agg). Several files (one per run) may be given; where a run
 appears more than once, the last completed one counts. --copy-gbps rescales the MBU columns to
 another copy bandwidth than the one measured in the run (recorded in each line).
+
+--gemm-tflops T adds each bf16-weight run's floor: every step's GEMMs at T TFLOP/s (2 FLOPs per
+weight read a token) or its weights at copy speed, whichever is longer, plus its K/V bytes at
+copy speed, against the time its steps took (decode steps and steps with prompt tokens apart).
 """
 import argparse
 import json
@@ -48,11 +52,43 @@ def fmt(x, spec="{:.2f}"):
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else spec.format(x)
 
 
+def floor_seconds(r, tflops):
+    """(decode floor, prompt-step floor) in seconds, or None where the record cannot say."""
+    need = ("weight_bytes_read", "copy_gb_per_s", "kv_bytes_per_token", "decode_steps", "mean_decode_kv_tokens",
+            "prefill_tokens", "prefill_decode_rows", "prefill_kv_tokens", "output_throughput", "request_throughput")
+    if any(r.get(k) is None for k in need) or "--quantization none" not in r.get("server_args", ""):
+        return None  # FLOPs per token follow from bf16 weights' bytes only
+    copy, flops = r["copy_gb_per_s"] * 1e9, r["weight_bytes_read"]  # 2 bytes a weight, 2 FLOPs each
+    rate = tflops * 1e12
+    outputs = r["output_throughput"] * r["completed"] / r["request_throughput"]
+    rows = (outputs - r["prefill_decode_rows"] - r["completed"]) / max(1, r["decode_steps"])
+    step = max(r["weight_bytes_read"] / copy, rows * flops / rate)
+    step += r["mean_decode_kv_tokens"] * r["kv_bytes_per_token"] / copy
+    prompt = (r["prefill_tokens"] + r["prefill_decode_rows"]) * flops / rate
+    prompt += r["prefill_kv_tokens"] * r["kv_bytes_per_token"] / copy
+    return step * r["decode_steps"], prompt
+
+
+def print_floors(runs, order, tflops):
+    print(f"\nFloors (GEMMs at {tflops:.0f} TFLOP/s or weights at copy, plus K/V at copy), s:")
+    for key in order:
+        r = runs[key]
+        f = floor_seconds(r, tflops) if r.get("status") in OK else None
+        if f is None:
+            continue
+        dec, pre = f
+        took = r["decode_seconds"] + r["prefill_seconds"]
+        print(f"- {' '.join(key)}: decode {dec:.1f} of {r['decode_seconds']:.1f} ({dec / r['decode_seconds']:.0%}), "
+              f"prompt steps {pre:.1f} of {r['prefill_seconds']:.1f} ({pre / r['prefill_seconds']:.0%}), "
+              f"all {dec + pre:.1f} of {took:.1f} ({(dec + pre) / took:.0%})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("jsonl", nargs="+")
     ap.add_argument("--png", default="", help="bar plot of req/s (default: beside the first JSONL file)")
     ap.add_argument("--copy-gbps", type=float, default=None, help="rescale MBU to this copy bandwidth")
+    ap.add_argument("--gemm-tflops", type=float, default=None, help="print each run's floor at this GEMM rate")
     a = ap.parse_args()
     runs, order = load(a.jsonl)
     if not runs:
@@ -133,6 +169,9 @@ def main():
               f"({' '.join(hi[1])}); goal >= {MBU_GOAL:.0%}: met in {n_met} of {len(big)} runs")
     else:
         print("- decode MBU at batch >= 64: NOT MEASURED (no run had decode steps of >= 64 rows)")
+
+    if a.gemm_tflops:
+        print_floors(runs, order, a.gemm_tflops)
 
     png = a.png or a.jsonl[0].rsplit(".", 1)[0] + ".png"
     import matplotlib
