@@ -58,7 +58,8 @@ def floor_seconds(r, tflops):
             "prefill_tokens", "prefill_decode_rows", "prefill_kv_tokens", "output_throughput", "request_throughput")
     if any(r.get(k) is None for k in need) or "--quantization none" not in r.get("server_args", ""):
         return None  # FLOPs per token follow from bf16 weights' bytes only
-    copy, flops = r["copy_gb_per_s"] * 1e9, r["weight_bytes_read"]  # 2 bytes a weight, 2 FLOPs each
+    # A token's FLOPs equal the bf16 weight bytes a step reads: 2 bytes a weight, 2 FLOPs each.
+    copy, flops = r["copy_gb_per_s"] * 1e9, r["weight_bytes_read"]
     rate = tflops * 1e12
     outputs = r["output_throughput"] * r["completed"] / r["request_throughput"]
     rows = (outputs - r["prefill_decode_rows"] - r["completed"]) / max(1, r["decode_steps"])
