@@ -55,9 +55,12 @@ def fmt(x, spec="{:.2f}"):
 def floor_seconds(r, tflops):
     """(decode floor, prompt-step floor) in seconds, or None where the record cannot say."""
     need = ("weight_bytes_read", "copy_gb_per_s", "kv_bytes_per_token", "decode_steps", "mean_decode_kv_tokens",
-            "prefill_tokens", "prefill_decode_rows", "prefill_kv_tokens", "output_throughput", "request_throughput")
+            "prefill_tokens", "prefill_decode_rows", "prefill_kv_tokens", "output_throughput", "request_throughput",
+            "completed", "decode_seconds", "prefill_seconds")
     if any(r.get(k) is None for k in need) or "--quantization none" not in r.get("server_args", ""):
         return None  # FLOPs per token follow from bf16 weights' bytes only
+    if not (r["decode_seconds"] > 0 and r["prefill_seconds"] > 0 and r["request_throughput"] > 0):
+        return None  # nothing to set a floor against
     # A token's FLOPs equal the bf16 weight bytes a step reads: 2 bytes a weight, 2 FLOPs each.
     copy, flops = r["copy_gb_per_s"] * 1e9, r["weight_bytes_read"]
     rate = tflops * 1e12
