@@ -3,7 +3,7 @@
 
 For every matrix and row count up to 64 timed both ways, the row "serve8 skinny" (serve8's own
 kernel as planned; records from before it existed time that kernel as "serve8 fp8") against
-"cublaslt fp8", and "serve8 skinny bf16" against "cublaslt bf16", back to back in a
+"cublaslt fp8", and up to 16 rows "serve8 skinny bf16" against "cublaslt bf16", back to back in a
 CUDA graph: cuBLASLt takes the shape where it was faster by more than --margin. A later record of
 the same GPU and shape replaces an earlier one.
 
@@ -35,7 +35,7 @@ def main():
             if ours is not None and "cublaslt fp8" in t:
                 verdicts[(gpu.group(0), n, k, m, False)] = (t["cublaslt fp8"] < ours * (1 - a.margin), ours, t["cublaslt fp8"])
             ours = t.get("serve8 skinny bf16")
-            if ours is not None and "cublaslt bf16" in t:
+            if ours is not None and "cublaslt bf16" in t and m <= 16:
                 verdicts[(gpu.group(0), n, k, m, True)] = (t["cublaslt bf16"] < ours * (1 - a.margin), ours, t["cublaslt bf16"])
         sources.append(f"{path.rsplit('/', 1)[-1]} ({doc['git_hash']}, {doc['device'].split(',')[0]}, {doc['date'][:10]})")
     print("// Written by bench/gemm/choices.py from:")

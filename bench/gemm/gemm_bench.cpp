@@ -6,7 +6,7 @@
 // GEMM (gemm_fp8_weights, bf16 inputs: the skinny kernel up to 64 rows, the widened matrix and
 // cuBLASLt above), cuBLASLt FP8 (e4m3 with per-row and per-channel scales), the skinny kernel at
 // forced split counts (--splits; the TMA kernel's from 17 rows), and for bf16 weights cuBLASLt
-// bf16 against the skinny kernels on bf16 weights up to 64 rows ("serve8 skinny bf16").
+// bf16 against the skinny kernel on bf16 weights up to 16 rows ("serve8 skinny bf16").
 //
 //   bench_gemm [--out gemm_bench.json] [--reps N] [--m 1,4,64] [--filter TEXT] [--splits 1,2,4]
 //              [--algos N]

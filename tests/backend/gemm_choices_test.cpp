@@ -45,13 +45,9 @@ TEST(Fp8GemmChoices, Bf16WeightsTakeTheSkinnyKernelOnlyWhereItWasTimedFaster) {
   const auto h100 = fp8_gemm_choices_for(kTable, "H100");
   EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 1));
   EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 4096, 4096, 4));
-  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 5));   // the 16-row verdict: cuBLASLt
-  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 17));  // no verdict at 17-64 rows
-  // 6144 x 4096 was timed at 64 rows (the TMA kernel faster): 17-64 rows take it, 1-16 do not.
-  EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 6144, 4096, 17));
-  EXPECT_TRUE(bf16_gemm_takes_skinny(h100, 6144, 4096, 64));
-  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 6144, 4096, 65));
-  // Never timed at 1-16 rows (a 64-row entry is another kernel's) or never timed at all: cuBLASLt.
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 5));  // the 16-row verdict: cuBLASLt
+  EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 4096, 17));
+  // Never timed at 1-16 rows (a 64-row entry is past the kernel) or never timed at all: cuBLASLt.
   EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 6144, 4096, 1));
   EXPECT_FALSE(bf16_gemm_takes_skinny(h100, 4096, 14336, 1));
   // The FP8 verdicts ignore the bf16 ones: 4096 x 4096 at 1-8 rows stays cuBLASLt's, at 9-16 serve8's.
@@ -65,7 +61,7 @@ TEST(Fp8GemmChoices, TheMeasuredTableNamesAGpuAndDecodeRows) {
     EXPECT_TRUE(c.device == "H100" || c.device == "H200") << c.device;
     EXPECT_GT(c.n, 0);
     EXPECT_GT(c.k, 0);
-    EXPECT_TRUE(c.rows >= 1 && c.rows <= kSkinnyTmaMaxRows) << c.rows;
+    EXPECT_TRUE(c.rows >= 1 && c.rows <= (c.bf16 ? kSkinnyMaxRows : kSkinnyTmaMaxRows)) << c.rows;
   }
 }
 

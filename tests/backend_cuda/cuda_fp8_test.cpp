@@ -283,10 +283,9 @@ TEST_F(CudaBackendTest, Fp8GemmTmaKernelRunsWhereItsPlanSays) {
   }
 }
 
-// bf16 weights in the skinny kernels (1-16 rows, the TMA kernel at 17-64), run as planned (the
-// backend takes them only where the measured table says): Llama shapes' first channels, then a
-// bias, fp32 output, a partial channel tile and forced K splits. bf16 products are exact in fp32;
-// the rest is summation order.
+// bf16 weights in the skinny kernel (1-16 rows), run as planned (the backend takes it only where
+// the measured table says): Llama shapes' first channels, then a bias, fp32 output, a partial
+// channel tile and forced K splits. bf16 products are exact in fp32; the rest is summation order.
 TEST_F(CudaBackendTest, SkinnyGemmOnBf16WeightsMatchesCpu) {
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
@@ -332,23 +331,19 @@ TEST_F(CudaBackendTest, SkinnyGemmOnBf16WeightsMatchesCpu) {
   for (const WeightShape& s : kLlamaShapes) {
     if (s.n * s.k > (int64_t{64} << 20)) continue;  // host memory: the gate_up matrices and 70B's
     const HostArray w(DType::kBF16, rng_.normals(static_cast<size_t>(s.n * s.k), 0.05f));
-    for (const int64_t m : {1, 8, 9, 16, 17, 32, 33, 64})
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{16}})
       run(m, s.n, s.k, w, nullptr, false, skinny.plan(m, s.n, s.k, true, true),
           std::string(s.model) + " M=" + std::to_string(m));
   }
   const int64_t n = 200, k = 1024;
   const HostArray w(DType::kBF16, rng_.normals(static_cast<size_t>(n * k), 0.05f));
   const HostArray bias(DType::kBF16, rng_.normals(static_cast<size_t>(n)));
-  for (const int splits : {1, 3, 8}) {
+  for (const int splits : {1, 3, 8})
     for (const int64_t m : {int64_t{3}, int64_t{16}})
       run(m, n, k, w, &bias, true, skinny_gemm_with_splits(m, n, 2 * k, splits),
           "200x1024 bias fp32 M=" + std::to_string(m));
-    for (const int64_t m : {int64_t{20}, int64_t{64}})
-      run(m, n, k, w, &bias, true, skinny_tma_with_splits(m, n, 2 * k, splits),
-          "200x1024 bias fp32 M=" + std::to_string(m) + " (TMA)");
-  }
-  // More than 64 rows and e4m3 tokens are not the bf16 variants'.
-  EXPECT_EQ(skinny.plan(65, n, k, true, true).token_tile, 0);
+  // More than 16 rows and e4m3 tokens are not the bf16 variant's.
+  EXPECT_EQ(skinny.plan(17, n, k, true, true).token_tile, 0);
   EXPECT_EQ(skinny.plan(4, n, k, false, true).token_tile, 0);
   // Through the backend's gemm on a Llama shape: the skinny kernel where this GPU's table says so
   // (H100), cuBLASLt elsewhere; the same sums either way.
@@ -358,7 +353,7 @@ TEST_F(CudaBackendTest, SkinnyGemmOnBf16WeightsMatchesCpu) {
   wov.resize(static_cast<size_t>(kChecked * o.k));
   HostArray wof(DType::kF32, wov);
   auto dwo = to_device(*gpu_, wo);
-  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{40}}) {
+  for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{16}}) {
     const HostArray x(DType::kBF16, rng_.normals(static_cast<size_t>(m * o.k), 2.0f));
     HostArray xf(DType::kF32, x.values());
     HostArray ref(DType::kF32, static_cast<size_t>(m * kChecked));

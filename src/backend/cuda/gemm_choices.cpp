@@ -39,7 +39,7 @@ bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, 
 }
 
 bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m) {
-  if (m < 1 || m > kSkinnyTmaMaxRows) return false;
+  if (m < 1 || m > kSkinnyMaxRows) return false;
   const Fp8GemmChoice* c = verdict_for(choices, true, n, k, m);
   return c && !c->cublaslt;
 }

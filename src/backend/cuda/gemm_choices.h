@@ -17,7 +17,7 @@ struct Fp8GemmChoice {
   int64_t n = 0, k = 0;     // the weight matrix, [n, k]
   int64_t rows = 0;         // the token rows timed
   bool cublaslt = false;    // cuBLASLt was faster at these rows
-  bool bf16 = false;        // bf16 weights and tokens, else e4m3
+  bool bf16 = false;        // bf16 weights and tokens (1-16 rows), else e4m3
 };
 
 // The table measured (gemm_choices_table.inc).
@@ -31,9 +31,8 @@ std::vector<Fp8GemmChoice> fp8_gemm_choices_for(std::span<const Fp8GemmChoice> t
 // for 33-64 when 32 and 64 were timed; false where none was.
 bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
 
-// Whether m bf16 rows of a bf16 [n, k] take serve8's skinny kernels: 1-64 rows, where the verdict
-// timed at the fewest rows >= m among those of the same kernel (1-16, 17-64) says it beat cuBLASLt
-// bf16; false where none was.
+// Whether m bf16 rows of a bf16 [n, k] take serve8's skinny kernel: 1-16 rows, where the verdict
+// timed at the fewest rows >= m (up to 16) says it beat cuBLASLt bf16; false where none was.
 bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
 
 }  // namespace serve8

@@ -230,9 +230,8 @@ SkinnyGemm::SkinnyGemm(int sms, size_t workspace_bytes) : sms_(sms), workspace_b
   blocks_per_sm_[1][2] = prepare<32, true>();
   blocks_per_sm_[2][0] = prepare<8, true, true>();
   blocks_per_sm_[2][1] = prepare<16, true, true>();
-  tma_blocks_per_sm_[0] = prepare_skinny_tma(false, false);
-  tma_blocks_per_sm_[1] = prepare_skinny_tma(true, false);
-  tma_blocks_per_sm_[2] = prepare_skinny_tma(true, true);
+  tma_blocks_per_sm_[0] = prepare_skinny_tma(false);
+  tma_blocks_per_sm_[1] = prepare_skinny_tma(true);
   SERVE8_CUDA_CHECK(cudaMalloc(&partials_, workspace_bytes_));
   SERVE8_CUDA_CHECK(cudaMalloc(&counters_, kMaxSlots * sizeof(unsigned)));
   SERVE8_CUDA_CHECK(cudaMemset(counters_, 0, kMaxSlots * sizeof(unsigned)));
@@ -247,11 +246,10 @@ SkinnyGemmPlan SkinnyGemm::plan(int64_t m, int64_t n, int64_t k, bool x_bf16, bo
   SkinnyGemmShape shape;
   shape.sms = sms_;
   shape.max_workspace_bytes = workspace_bytes_;
-  if (w_bf16) {  // K blocks count weight bytes
+  if (w_bf16) {  // K blocks count weight bytes; no TMA kernel
     if (!x_bf16) return {};
     shape.blocks_per_sm = blocks_per_sm_[2][skinny_token_tile_index(m)];
     shape.max_rows = kSkinnyMaxRows;
-    shape.tma_blocks_per_sm = tma_blocks_per_sm_[2];
     return plan_skinny_gemm(m, n, 2 * k, shape);
   }
   shape.blocks_per_sm = blocks_per_sm_[x_bf16 ? 1 : 0][skinny_token_tile_index(m)];
@@ -268,7 +266,7 @@ bool SkinnyGemm::run(const SkinnyGemmArgs& args, cudaStream_t stream) {
 
 bool SkinnyGemm::run(const SkinnyGemmArgs& args, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   const bool bf16 = args.x_bf16, w16 = args.w_bf16;
-  if (w16 && !bf16) return false;
+  if (w16 && (!bf16 || plan.tma)) return false;
   if (plan.tma) return run_skinny_tma(args, plan, stream);
   if (plan.token_tile == 0 || plan.token_tiles < 1 || plan.tiles_n > kMaxTiles ||
       int64_t{plan.tiles_n} * plan.token_tiles > kMaxSlots || plan.workspace_bytes > workspace_bytes_ ||

@@ -4,8 +4,7 @@
 // multiply on the FP8 tensor cores, 17-64 rows in the TMA kernel (skinny_gemm_tma.h); bf16 tokens
 // (weight-only FP8, up to 64) on the bf16 ones, each thread widening its share of the weights
 // (exactly: e4m3 fits bf16) into wgmma's register operand. e4m3 weights throughout, except bf16
-// weights with bf16 tokens: the same kernels (up to 16 rows, then the TMA kernel to 64), both
-// operands in shared memory.
+// weights with bf16 tokens (up to 16 rows): the same kernel, both operands in shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,7 +54,7 @@ class SkinnyGemm {
   int sms_ = 0;
   // [e4m3 tokens, bf16 tokens, bf16 weights][token tile]; 0 where not built
   int blocks_per_sm_[3][kSkinnyTokenTileCount] = {};
-  int tma_blocks_per_sm_[3] = {};  // the TMA kernel's, [e4m3 tokens, bf16 tokens, bf16 weights]
+  int tma_blocks_per_sm_[2] = {};  // the TMA kernel's, [x_bf16]
   size_t workspace_bytes_ = 0;
   float* partials_ = nullptr;
   unsigned* counters_ = nullptr;

@@ -17,10 +17,9 @@ constexpr int kSkinnyMaxRows = 16;
 // The most rows of bf16 tokens (weight-only FP8), where the alternative is widening the matrix.
 constexpr int kSkinnyMaxRowsBf16 = 64;
 
-// e4m3 tokens of 17-64 rows and bf16 ones of 33-64 (17-64 on bf16 weights, K counted in weight
-// bytes): the TMA kernel (skinny_gemm_tma.cu). A block of two consumer warpgroups computes 128
-// channels, so the token rows are read from L2 once a 128 weight rows; a tile's K splits form one
-// cluster that adds them in shared memory.
+// e4m3 tokens of 17-64 rows and bf16 ones of 33-64: the TMA kernel (skinny_gemm_tma.cu). A block
+// of two consumer warpgroups computes 128 channels, so the token rows are read from L2 once a 128
+// weight rows; a tile's K splits form one cluster that adds them in shared memory.
 constexpr int kSkinnyTmaTileN = 128;
 constexpr int kSkinnyTmaBlockK = 128;  // K bytes a stage: one 128-byte swizzle row
 constexpr int kSkinnyTmaMaxRows = 64;
@@ -51,9 +50,8 @@ struct SkinnyGemmShape {
 };
 
 struct SkinnyGemmPlan {
-  // The TMA kernel (17-64 e4m3 rows, 33-64 bf16, 17-64 on bf16 weights): token_tile 32 or 64,
-  // tiles of kSkinnyTmaTileN channels, K blocks of kSkinnyTmaBlockK, the splits one cluster and no
-  // workspace.
+  // The TMA kernel (17-64 e4m3 rows, 33-64 bf16): token_tile 32 or 64, tiles of kSkinnyTmaTileN
+  // channels, K blocks of kSkinnyTmaBlockK, the splits one cluster and no workspace.
   bool tma = false;
   int token_tile = 0;   // one of kSkinnyTokenTiles; 0: the shape is not for this kernel
   int token_tiles = 0;  // ceil(M / token_tile)
@@ -72,8 +70,8 @@ struct SkinnyGemmPlan {
 SkinnyGemmPlan plan_skinny_gemm(int64_t m, int64_t n, int64_t k, const SkinnyGemmShape& shape);
 // The plan with about `splits` splits of K (clamped to 1..K blocks), for sweeps in bench_gemm.
 SkinnyGemmPlan skinny_gemm_with_splits(int64_t m, int64_t n, int64_t k, int splits, int max_rows = kSkinnyMaxRows);
-// The TMA kernel's plan for 17-64 rows with `splits` splits (clamped to 1..kSkinnyTmaMaxSplits and
-// the K blocks); K in weight bytes.
+// The TMA kernel's plan for 17-64 e4m3 rows with `splits` splits (clamped to 1..kSkinnyTmaMaxSplits
+// and the K blocks).
 SkinnyGemmPlan skinny_tma_with_splits(int64_t m, int64_t n, int64_t k, int splits);
 
 }  // namespace serve8

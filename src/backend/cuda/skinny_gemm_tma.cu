@@ -1,11 +1,9 @@
-// The skinny GEMM for 17-64 token rows (skinny_gemm.h): e4m3 weights with e4m3 tokens (17-64) or
-// bf16 ones (33-64), bf16 weights with bf16 tokens (17-64). One producer warp streams stages of 128
-// weight rows x 128 bytes and the token rows over the same K by TMA into 128-byte-swizzled shared
-// memory, each stage guarded by a full and an empty mbarrier; two consumer warpgroups multiply 64
-// weight rows each: wgmma m64nXk32 e4m3 or m64nXk16 bf16 with both operands in shared memory, or for
-// bf16 tokens on e4m3 weights m64nXk16 with the weights widened in registers (exactly: e4m3 fits
-// bf16). A tile's K splits are one cluster: each block leaves its sums in its own shared memory and
-// adds a share of the tile from all of them.
+// The skinny FP8 GEMM for 17-64 e4m3 token rows and 33-64 bf16 ones (skinny_gemm.h). One producer
+// warp streams stages of 128 weight rows and the token rows, 128 K elements each, by TMA into
+// 128-byte-swizzled shared memory, each stage guarded by a full and an empty mbarrier; two consumer
+// warpgroups multiply 64 weight rows each: wgmma m64nXk32 e4m3 from shared memory, or for bf16
+// tokens m64nXk16 bf16 with the weights widened to bf16 in registers (exactly: e4m3 fits bf16). A tile's K splits are
+// one cluster: each block leaves its sums in its own shared memory and adds a share of the tile from all of them.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -28,22 +26,18 @@ constexpr int kThreads = kConsumers * 128 + 32;          // and one producer war
 constexpr int kBlockK = kSkinnyTmaBlockK;                // bytes: one swizzle row
 constexpr int kWeightBytes = kSkinnyTmaTileN * kBlockK;  // a stage's weights
 
-// A stage: the weights, then the tokens' atoms of [NT rows][128 bytes] over the same K (two for bf16
-// tokens on e4m3 weights). W16: bf16 weights (and tokens), 64 K elements a stage, else 128.
-constexpr int token_atoms(bool bf16, bool w16) { return bf16 && !w16 ? 2 : 1; }
-constexpr int stage_elems(bool w16) { return w16 ? kBlockK / 2 : kBlockK; }
-constexpr int stage_bytes(int nt, bool bf16, bool w16) { return kWeightBytes + token_atoms(bf16, w16) * nt * kBlockK; }
+// A stage: the weights, then the tokens' atoms of [NT rows][128 bytes] (two for bf16).
+constexpr int token_atoms(bool bf16) { return bf16 ? 2 : 1; }
+constexpr int stage_bytes(int nt, bool bf16) { return kWeightBytes + token_atoms(bf16) * nt * kBlockK; }
 // About 110 KB of stages, two blocks an SM: ~190 KB of each SM's reads in flight.
-constexpr int stages_for(int nt, bool bf16, bool w16) {
-  return std::clamp(110 * 1024 / stage_bytes(nt, bf16, w16), 2, 8);
-}
+constexpr int stages_for(int nt, bool bf16) { return std::clamp(110 * 1024 / stage_bytes(nt, bf16), 2, 8); }
 // The stages, 1 KB for aligning them and the barriers.
-constexpr int smem_bytes(int nt, bool bf16, bool w16) {
-  return stages_for(nt, bf16, w16) * stage_bytes(nt, bf16, w16) + 1024 + 2 * 8 * stages_for(nt, bf16, w16);
+constexpr int smem_bytes(int nt, bool bf16) {
+  return stages_for(nt, bf16) * stage_bytes(nt, bf16) + 1024 + 2 * 8 * stages_for(nt, bf16);
 }
 
 struct TmaParams {
-  CUtensorMap w_map;  // [N, K] e4m3 or (W16) bf16, boxes of 128 rows x 128 bytes
+  CUtensorMap w_map;  // [N, K] bytes, boxes of 128 rows x 128 bytes
   CUtensorMap x_map;  // [M, K] e4m3 or bf16, boxes of token_tile rows x 128 bytes
   SkinnyGemmArgs a;
   int kblocks = 0, kblocks_per_split = 0, splits = 0;
@@ -98,10 +92,9 @@ __device__ __forceinline__ void store_out(const SkinnyGemmArgs& a, int64_t row0,
   store_scaled(a, ch, 8 * (i >> 2) + 2 * (lane & 3) + (e & 1), v);
 }
 
-template <int NT, bool BF16, bool W16>
+template <int NT, bool BF16>
 __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __grid_constant__ TmaParams p) {
-  constexpr int kStages = stages_for(NT, BF16, W16), kStageBytes = stage_bytes(NT, BF16, W16), kRegs = NT / 2;
-  constexpr int kElems = stage_elems(W16);
+  constexpr int kStages = stages_for(NT, BF16), kStageBytes = stage_bytes(NT, BF16), kRegs = NT / 2;
   extern __shared__ uint8_t smem_raw[];
   // Swizzled boxes need 1024-byte alignment; the barriers follow the stages.
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
@@ -135,14 +128,14 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __g
       const int first = min(kStages, nkb);
       for (int s = 0; s < first; ++s) {
         mbar_expect(full + 8 * s, p.stage_tx);
-        tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kElems, row0, full + 8 * s);
+        tma_load(smem + s * kStageBytes, &p.w_map, (kb0 + s) * kBlockK, row0, full + 8 * s);
       }
       asm volatile("griddepcontrol.wait;\n" ::: "memory");
-      // A stage's K elements: one 128-byte box of tokens, two of bf16 ones on e4m3 weights.
+      // A stage's K elements: one 128-byte box of e4m3 tokens, two of bf16.
       const auto load_tokens = [&](uint32_t st, int kb, uint32_t bar) {
 #pragma unroll
-        for (int j = 0; j < token_atoms(BF16, W16); ++j)
-          tma_load(st + kWeightBytes + j * NT * kBlockK, &p.x_map, kb * kElems + j * (kBlockK / 2), 0, bar);
+        for (int j = 0; j < token_atoms(BF16); ++j)
+          tma_load(st + kWeightBytes + j * NT * kBlockK, &p.x_map, kb * kBlockK + j * (kBlockK / 2), 0, bar);
       };
       for (int s = 0; s < first; ++s) load_tokens(smem + s * kStageBytes, kb0 + s, full + 8 * s);
       for (int i = kStages; i < nkb; ++i) {
@@ -150,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __g
         const uint32_t st = smem + s * kStageBytes;
         mbar_wait(empty + 8 * s, ((i / kStages) + 1) & 1);
         mbar_expect(full + 8 * s, p.stage_tx);
-        tma_load(st, &p.w_map, (kb0 + i) * kElems, row0, full + 8 * s);
+        tma_load(st, &p.w_map, (kb0 + i) * kBlockK, row0, full + 8 * s);
         load_tokens(st, kb0 + i, full + 8 * s);
       }
     }
@@ -162,20 +155,13 @@ __global__ void __launch_bounds__(kThreads) skinny_fp8_gemm_tma_kernel(const __g
       const int s = i % kStages;
       const uint32_t st = smem + s * kStageBytes;
       mbar_wait(full + 8 * s, (i / kStages) & 1);
-      if constexpr (BF16 && !W16) {
+      if constexpr (BF16) {
         multiply_bf16_stage<NT, kBlockK / 16>(d, st + wg * 64 * kBlockK, 0, st + kWeightBytes);
       } else {
-        // A K step is 32 bytes of both operands: k32 of e4m3, k16 of bf16.
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < kBlockK / 32; ++kk) {
-          const uint64_t wd = smem_desc(st + wg * 64 * kBlockK + kk * 32), xd = smem_desc(st + kWeightBytes + kk * 32);
-          if constexpr (W16) {
-            wgmma_bf16_ss<NT>(d, wd, xd);
-          } else {
-            wgmma_e4m3<NT>(d, wd, xd);
-          }
-        }
+        for (int kk = 0; kk < kBlockK / 32; ++kk)
+          wgmma_e4m3<NT>(d, smem_desc(st + wg * 64 * kBlockK + kk * 32), smem_desc(st + kWeightBytes + kk * 32));
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -258,17 +244,17 @@ bool encode(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int NT, bool BF16, bool W16 = false>
+template <int NT, bool BF16>
 int prepare() {
-  return resident_blocks(skinny_fp8_gemm_tma_kernel<NT, BF16, W16>, kThreads, smem_bytes(NT, BF16, W16));
+  return resident_blocks(skinny_fp8_gemm_tma_kernel<NT, BF16>, kThreads, smem_bytes(NT, BF16));
 }
 
-template <int NT, bool BF16, bool W16 = false>
+template <int NT, bool BF16>
 void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(plan.tiles_n), 1, static_cast<unsigned>(plan.splits));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem_bytes(NT, BF16, W16);
+  config.dynamicSmemBytes = smem_bytes(NT, BF16);
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -279,35 +265,30 @@ void launch(const TmaParams& p, const SkinnyGemmPlan& plan, cudaStream_t stream)
   attrs[1].val.clusterDim.z = static_cast<unsigned>(plan.splits);
   config.attrs = attrs;
   config.numAttrs = plan.splits > 1 ? 2 : 1;  // an unsplit tile needs no cluster
-  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_gemm_tma_kernel<NT, BF16, W16>, p));
+  SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, skinny_fp8_gemm_tma_kernel<NT, BF16>, p));
 }
 
 }  // namespace
 
-int prepare_skinny_tma(bool x_bf16, bool w_bf16) {
-  if (w_bf16) return x_bf16 ? std::min(prepare<32, true, true>(), prepare<64, true, true>()) : 0;
+int prepare_skinny_tma(bool x_bf16) {
   return x_bf16 ? prepare<64, true>() : std::min(prepare<32, false>(), prepare<64, false>());
 }
 
 bool run_skinny_tma(const SkinnyGemmArgs& a, const SkinnyGemmPlan& plan, cudaStream_t stream) {
-  const int w_bytes = a.w_bf16 ? 2 : 1, x_bytes = a.x_bf16 ? 2 : 1;
-  const bool tile_built = a.w_bf16 ? a.x_bf16 : a.x_bf16 ? plan.token_tile == 64 : a.x_scale != nullptr;
-  if (!plan.tma || !tile_built || a.m < 1 || a.m > plan.token_tile || a.n < 1 || plan.splits < 1 ||
-      plan.splits > kSkinnyTmaMaxSplits || a.k * w_bytes < kBlockK || a.k % 16 != 0)
+  if (!plan.tma || (a.x_bf16 ? plan.token_tile != 64 : !a.x_scale) || a.m < 1 || a.m > plan.token_tile || a.n < 1 ||
+      plan.splits < 1 || plan.splits > kSkinnyTmaMaxSplits || a.k < kBlockK || a.k % 16 != 0)
     return false;
   TmaParams p;
   const int w_rows = static_cast<int>(std::min<int64_t>(kSkinnyTmaTileN, a.n));
   const int x_rows = static_cast<int>(std::min<int64_t>(plan.token_tile, a.m));
-  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows, w_bytes) || !encode(&p.x_map, a.x, a.m, a.k, x_rows, x_bytes))
-    return false;
-  p.stage_tx = static_cast<unsigned>((w_rows + token_atoms(a.x_bf16, a.w_bf16) * x_rows) * kBlockK);
+  const int x_bytes = a.x_bf16 ? 2 : 1;
+  if (!encode(&p.w_map, a.w, a.n, a.k, w_rows, 1) || !encode(&p.x_map, a.x, a.m, a.k, x_rows, x_bytes)) return false;
+  p.stage_tx = static_cast<unsigned>((w_rows + x_bytes * x_rows) * kBlockK);
   p.a = a;
   p.kblocks = plan.kblocks;
   p.kblocks_per_split = plan.kblocks_per_split;
   p.splits = plan.splits;
-  if (a.w_bf16) {
-    plan.token_tile == 32 ? launch<32, true, true>(p, plan, stream) : launch<64, true, true>(p, plan, stream);
-  } else if (a.x_bf16) {
+  if (a.x_bf16) {
     launch<64, true>(p, plan, stream);
   } else if (plan.token_tile == 32) {
     launch<32, false>(p, plan, stream);
