@@ -2,7 +2,7 @@
 // as SGLang's bench_one_batch: prefill `--input-len` random tokens for each of `--batch-size`
 // sequences, then `--output-len` greedy decode steps; per batch size, the prefill latency and
 // throughput and the median decode step. `--trace-steps` splits the decode step by kernel as it
-// runs (CUPTI); `--profile-steps` by op, graphs off, with CUDA events around each op.
+// runs (CUPTI), `--trace-prefill` the prefill likewise; `--profile-steps` by op, graphs off, with CUDA events around each op.
 // `--copy-gbps` (the device copy bandwidth, read + write, measured elsewhere) adds the decode
 // step's model-bandwidth utilization: the bytes a step must read (weights, K/V) / step time / it.
 #include <algorithm>
@@ -34,6 +34,7 @@ struct BenchOneBatchArgs {
   int output_len = 16;
   int profile_steps = 0;
   int trace_steps = 0;
+  bool trace_prefill = false;
   double copy_gbps = 0.0;
   std::string result_filename;
   std::string command_line;
@@ -76,6 +77,31 @@ const char* kernel_class(const std::string& k) {
   for (const char* g : {"gemm", "xmma", "cutlass", "splitK", "nvjet"})
     if (k.find(g) != std::string::npos) return "gemm";
   return k.find("attention") != std::string::npos ? "attention" : "other";
+}
+
+// Prints the traced kernels of `n` runs of `ms` each (after the caller's opening words) and keeps
+// them in j[key], with their classes' times, the device's busy time and `ms`.
+void add_kernel_split(nlohmann::json& j, const std::string& key, const std::vector<OpTime>& kernels, int n,
+                      double ms) {
+  double busy = 0.0;
+  std::map<std::string, double> classes;
+  nlohmann::json jk = nlohmann::json::array();
+  for (const OpTime& k : kernels) busy += k.ms / n;
+  fmt::print(", device busy {:.4f} ms):\n", busy);
+  for (const OpTime& k : kernels) {
+    const char* c = kernel_class(k.op);
+    classes[c] += k.ms / n;
+    fmt::print("    {:<40.40} {:<9} {:7.1f}/run {:9.4f} ms/run {:5.1f}%\n", k.op, c, k.calls / double(n), k.ms / n,
+               100.0 * k.ms / n / ms);
+    jk.push_back({{"kernel", k.op}, {"class", c}, {"calls_per_step", k.calls / double(n)}, {"ms_per_step", k.ms / n}});
+  }
+  fmt::print("    by class:");
+  for (const auto& [c, t] : classes) fmt::print(" {} {:.4f} ms ({:.1f}%)", c, t, 100.0 * t / ms);
+  fmt::print(", idle {:.4f} ms ({:.1f}%)\n", ms - busy, 100.0 * (ms - busy) / ms);
+  j[key] = jk;
+  j[key + "_classes_ms_per_step"] = classes;
+  j[key + "_busy_ms_per_step"] = busy;
+  j[key + "_step_ms"] = ms;
 }
 
 // One prefill of every sequence, then `steps` decode steps, each ending in a greedy sample (the
@@ -177,29 +203,22 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
       // Kernel by kernel as the timed steps ran (graphs as they were), at the positions that follow.
       e.backend->set_kernel_tracing(true);
       const std::vector<double> steps = decode_steps(e, bs, a.input_len + a.output_len, first, a.trace_steps);
-      const std::vector<OpTime> kernels = charge_kernel_time(e.backend->kernel_trace());
-      const double step_ms = 1e3 * percentile(steps, 50), n = a.trace_steps;
-      double busy = 0.0;
-      std::map<std::string, double> classes;
-      nlohmann::json jk = nlohmann::json::array();
-      for (const OpTime& k : kernels) busy += k.ms / n;
-      fmt::print(
-          "  decode step kernel by kernel ({} steps, graphs {}; median step {:.4f} ms, device busy {:.4f} ms):\n",
-          a.trace_steps, graphs ? "on" : "off", step_ms, busy);
-      for (const OpTime& k : kernels) {
-        const char* c = kernel_class(k.op);
-        classes[c] += k.ms / n;
-        fmt::print("    {:<40.40} {:<9} {:5.1f}/step {:8.4f} ms/step {:5.1f}%\n", k.op, c, k.calls / n, k.ms / n,
-                   100.0 * k.ms / n / step_ms);
-        jk.push_back({{"kernel", k.op}, {"class", c}, {"calls_per_step", k.calls / n}, {"ms_per_step", k.ms / n}});
-      }
-      fmt::print("    by class:");
-      for (const auto& [c, ms] : classes) fmt::print(" {} {:.4f} ms ({:.1f}%)", c, ms, 100.0 * ms / step_ms);
-      fmt::print(", idle {:.4f} ms ({:.1f}%)\n", step_ms - busy, 100.0 * (step_ms - busy) / step_ms);
-      j["kernel_trace"] = jk;
-      j["kernel_trace_classes_ms_per_step"] = classes;
-      j["kernel_trace_busy_ms_per_step"] = busy;
-      j["kernel_trace_step_ms"] = step_ms;
+      const double step_ms = 1e3 * percentile(steps, 50);
+      fmt::print("  decode step kernel by kernel ({} steps, graphs {}; median step {:.4f} ms", a.trace_steps,
+                 graphs ? "on" : "off", step_ms);
+      add_kernel_split(j, "kernel_trace", charge_kernel_time(e.backend->kernel_trace()), a.trace_steps, step_ms);
+    }
+
+    if (a.trace_prefill) {
+      // The same prompts again into the same slots, every kernel traced: the prompt step's split.
+      e.backend->synchronize();
+      e.backend->set_kernel_tracing(true);
+      const auto t = Clock::now();
+      prefill(*e.model, *e.kv, prompts, first, e.scheduler.max_prefill_tokens, e.model->max_seqs(), false);
+      std::vector<OpTime> kernels = charge_kernel_time(e.backend->kernel_trace());
+      const double ms = 1e3 * seconds_since(t);
+      fmt::print("  prefill kernel by kernel ({} tokens; {:.4f} ms", bs * a.input_len, ms);
+      add_kernel_split(j, "prefill_trace", std::move(kernels), 1, ms);
     }
 
     if (a.profile_steps > 0) {
@@ -241,6 +260,8 @@ void register_bench_one_batch(CLI::App& root, SetAction set_action) {
   app->add_option("--trace-steps", a->trace_steps,
                   "then this many decode steps with every kernel traced (CUPTI, CUDA graphs as timed): each "
                   "kernel's share of the step, counting overlapping kernels once");
+  app->add_flag("--trace-prefill", a->trace_prefill,
+                "then the batch's prefill again with every kernel traced (CUPTI): each kernel's share of it");
   app->add_option("--result-filename", a->result_filename, "append one JSON line per batch size here");
   app->add_option("--copy-gbps", a->copy_gbps,
                   "the device's copy bandwidth (GB/s, read + write): adds the decode step's MBU")
