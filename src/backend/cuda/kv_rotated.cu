@@ -2,7 +2,8 @@
 // with its own parameters) and the Walsh-Hadamard transform of q and of the attention output.
 // The rotation repeats the CPU reference's butterflies in its order, so rotated rows (and int8's
 // codes) equal the CPU backend's bit for bit; int4's range search measures each value's error in
-// steps, by a multiply-add with 1 / step where the CPU divides, so a near tie may pick another trim.
+// steps, by a multiply-add with 1 / step where the CPU divides, and sums two interleaved
+// halves of the row apart, so a near tie may pick another trim.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_utils.cuh"
 #include "backend/cuda/kernels.h"
@@ -85,42 +86,48 @@ __global__ void kv_store_rotated_kernel(const KvStoreParams p) {
     }
     if (lane == 0) static_cast<__half*>(p.row_params)[record] = s16;
   } else {
-    // 16 codes from min to min + 15 scale; of kv_layout.h's 30 trims of its ends the one with the
-    // least squared error (cpu_attention.cpp's fit_int4_row). Each lane scores one trim over the
-    // whole row, read back from shared memory: one warp scoring each trim in turn spent its time
-    // on a division and a warp sum a trim.
-    __shared__ float rows[kWarpsPerBlock][kD];
-    float* xs = rows[threadIdx.x / 32];
-#pragma unroll
-    for (int j = 0; j < kE; ++j) xs[lane * kE + j] = x[j];
+    // 16 codes from min to min + 15 scale; of kv_layout.h's 16 trims of its ends the one with the
+    // least squared error (cpu_attention.cpp's fit_int4_row). Two lanes score each trim, each over
+    // half the row read back from shared memory.
     float lo = x[0], hi = x[0];
 #pragma unroll
     for (int j = 1; j < kE; ++j) lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]);
     lo = -warp_max(-lo);
     hi = warp_max(hi);
-    __syncwarp();
     const float range = hi - lo;
     float best_s = 0.0f, best_l = lo;
     if (range > 0.0f) {
-      static_assert(kInt4Trims <= 32, "one trim a lane");
-      // Lanes past the last trim score it again.
-      const int trim = min(lane, kInt4Trims - 1);
+      __shared__ __align__(16) float rows[kWarpsPerBlock][kD];
+      float* xs = rows[threadIdx.x / 32];
+#pragma unroll
+      for (int j = 0; j < kE; ++j) xs[lane * kE + j] = x[j];
+      __syncwarp();
+      static_assert(kInt4Trims == 16, "two lanes a trim");
+      const int trim = lane % kInt4Trims;
       float l = 0.0f, sc = 0.0f;
       int4_candidate(lo, range, trim, l, sc);
       const float inv = __frcp_rn(sc), off = -l * inv;
       // The error in steps: with u = (v - l) / s, code q - u is e / s, so a value costs 7
       // instructions instead of 9 (clamping u before rounding gives the clamped code).
+      // A lane's half: every other four values, so that the two halves' reads (each a broadcast to
+      // 16 lanes) fall in different banks.
       float err = 0.0f;
-      for (int j = 0; j < kD; ++j) {
-        const float u = fmaf(xs[j], inv, off);  // xs[j]: the same address in every lane, a broadcast
-        const float d = rint_small(fminf(fmaxf(u, 0.0f), 15.0f)) - u;
-        err = fmaf(d, d, err);
+      const float4* fours = reinterpret_cast<const float4*>(xs) + lane / kInt4Trims;
+#pragma unroll 4
+      for (int j = 0; j < kD / 8; ++j) {
+        const float4 v4 = fours[2 * j];
+        for (const float v : {v4.x, v4.y, v4.z, v4.w}) {
+          const float u = fmaf(v, inv, off);
+          const float d = rint_small(fminf(fmaxf(u, 0.0f), 15.0f)) - u;
+          err = fmaf(d, d, err);
+        }
       }
+      err += __shfl_xor_sync(0xffffffffu, err, kInt4Trims);
       // The least error, the lowest trim on a tie (the CPU's first minimum in its loop order).
       float best_err = err * (sc * sc);
       int best = trim;
 #pragma unroll
-      for (int m = 16; m >= 1; m >>= 1) {
+      for (int m = kInt4Trims / 2; m >= 1; m >>= 1) {
         const float oe = __shfl_xor_sync(0xffffffffu, best_err, m);
         const int ob = __shfl_xor_sync(0xffffffffu, best, m);
         if (oe < best_err || (oe == best_err && ob < best)) best_err = oe, best = ob;
