@@ -142,6 +142,15 @@ __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
   memcpy(&u, &r, 4);
   return u;
 }
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  __half2 x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  const __half2 r = __hmul2(x, y);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
+}
 __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
   __half2 x, y, z;
   memcpy(&x, &a, 4);
@@ -163,11 +172,18 @@ __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t bytes) {
 // pair, exact: one lop3 ((w & mask) | 0x6400 0x6400, which the compiler would split in two) puts
 // them under fp16's exponent for 1024, as 1024 + code (less 1024) or 1024 + 16 code (times 1/16,
 // less 64), so the high nibbles need no shift.
+// i4x2_biased_at: the lop3 alone, 1024 + code (kShift 0) or 1024 + 16 code (4), for operands whose
+// bias the caller takes out of the product.
 template <int kShift>
-__device__ __forceinline__ uint32_t i4x2_to_half2_at(uint32_t w) {
+__device__ __forceinline__ uint32_t i4x2_biased_at(uint32_t w) {
   static_assert(kShift == 0 || kShift == 4, "the low or the high nibble of bytes 0 and 2");
   uint32_t h;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(h) : "r"(w), "r"(0x000f000fu << kShift), "r"(0x64006400u));
+  return h;
+}
+template <int kShift>
+__device__ __forceinline__ uint32_t i4x2_to_half2_at(uint32_t w) {
+  const uint32_t h = i4x2_biased_at<kShift>(w);
   if constexpr (kShift == 0) {
     return hsub2_bits(h, 0x64006400u);
   } else {

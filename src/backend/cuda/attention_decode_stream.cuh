@@ -130,8 +130,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
 
   // Q^T (the B operand, head gid as column gid) in the d order of the K reads; heads past g are zero.
   uint32_t qf[kD / 16][2];
-  // int4: the sum of a head's q operands, which each row's minimum multiplies (heads 2 t4, 2 t4 + 1).
-  float qsum[2] = {0.0f, 0.0f}, qsum_gid = 0.0f;
+  // int4: the sum of a head's q values, which each row's minimum multiplies, and the sum of its q
+  // operands, which K's bias of 1024 adds to every score (heads 2 t4, 2 t4 + 1).
+  float qsum[2] = {0.0f, 0.0f}, qsum_gid = 0.0f, kbias[2] = {0.0f, 0.0f}, kbias_gid = 0.0f;
   {
     const uint16_t* q_rows = static_cast<const uint16_t*>(p.q) + (int64_t{q_begin} * p.num_q_heads + h * g) * kD;
     if constexpr (L::kRowParams) {
@@ -148,7 +149,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     for (int kc = 0; kc < kD / 16; ++kc) {
       if constexpr (L::kI4) {
         // MMA kc takes nibbles n0, n0 + 4 (b0) and n0 + 1, n0 + 5 (b1) of word kc / 2 of
-        // the thread's K words (read below).
+        // the thread's K words (read below), biased: K's low nibbles are 1024 + code and its high
+        // ones 1024 + 16 code, so b1 (which the high ones multiply) holds q / 16, exactly.
         const int d = t4 * (kD / 4) + (kc / 2) * 8 + 2 * (kc % 2);
         const auto q2 = [&](int a, int b) { return pack_half2(bf16_bits_to_float(qp[a]), bf16_bits_to_float(qp[b])); };
         qf[kc][0] = gid < g ? q2(d, d + 4) : 0u;
@@ -157,6 +159,12 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         for (int r = 0; r < 2; ++r) {
           const float2 f = half2_bits_to_float2(qf[kc][r]);
           qsum_gid += f.x + f.y;
+        }
+        qf[kc][1] = hmul2_bits(qf[kc][1], 0x2c002c00u);  // x 1/16
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float2 f = half2_bits_to_float2(qf[kc][r]);
+          kbias_gid += f.x + f.y;
         }
       } else {
         // One byte a value: d as the thread reads its K words; 16-bit: as ldmatrix hands them out.
@@ -167,11 +175,17 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       }
     }
     if constexpr (L::kI4) {
-      qsum_gid += __shfl_xor_sync(0xffffffffu, qsum_gid, 1);
-      qsum_gid += __shfl_xor_sync(0xffffffffu, qsum_gid, 2);
+#pragma unroll
+      for (int x = 1; x <= 2; x *= 2) {
+        qsum_gid += __shfl_xor_sync(0xffffffffu, qsum_gid, x);
+        kbias_gid += __shfl_xor_sync(0xffffffffu, kbias_gid, x);
+      }
       // This thread's score columns are heads 2 t4 and 2 t4 + 1: their quads' sums.
-      qsum[0] = __shfl_sync(0xffffffffu, qsum_gid, 8 * t4);
-      qsum[1] = __shfl_sync(0xffffffffu, qsum_gid, 8 * t4 + 4);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        qsum[e] = __shfl_sync(0xffffffffu, qsum_gid, 8 * t4 + 4 * e);
+        kbias[e] = 1024.0f * __shfl_sync(0xffffffffu, kbias_gid, 8 * t4 + 4 * e);
+      }
     }
   }
   const float sc = p.softmax_scale * p.k_scale[h] * kLog2e;
@@ -184,6 +198,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // Heads 2 t4 and 2 t4 + 1: the running maximum (the same in the column's 8 lanes), this lane's
   // share of the sum of p and (int4) of the sum of p times V's row minimum.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, mn[2] = {0.0f, 0.0f};
+  // int4: V's codes enter O^T biased by 1024 (below); what the last step's bias added to every row
+  // of ot, heads 2 t4 and 2 t4 + 1, taken out at the next rescale.
+  float vbias[2] = {0.0f, 0.0f};
 
   for (int it = 0; it < my_steps; ++it) {
     cp_async_wait<kStages - 2>();  // this lane's copies of step it have landed
@@ -238,8 +255,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         // Nibbles n0 and n0 + 1 of word kc / 2 in bits 0-7 (and 16-23).
         const int shift = 8 * (kc % 2);
         const uint32_t w0 = w[0][kc / 2] >> shift, w1 = w[1][kc / 2] >> shift;
-        const uint32_t a[4] = {i4x2_to_half2_at<0>(w0), i4x2_to_half2_at<0>(w1), i4x2_to_half2_at<4>(w0),
-                               i4x2_to_half2_at<4>(w1)};
+        const uint32_t a[4] = {i4x2_biased_at<0>(w0), i4x2_biased_at<0>(w1), i4x2_biased_at<4>(w0),
+                               i4x2_biased_at<4>(w1)};
         mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
       }
     } else if constexpr (L::kFp8) {
@@ -296,7 +313,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
         float qk = st[2 * i + e];
         if constexpr (L::kI4) {
-          qk = fmaf(qk, ks[i], kmin[i] * qsum[e]);
+          qk = fmaf(qk - kbias[e], ks[i], kmin[i] * qsum[e]);
         } else if constexpr (L::kI8) {
           qk *= ks[i];
         }
@@ -315,12 +332,23 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       l[e] *= corr[e];
       mn[e] *= corr[e];
     }
+    if constexpr (L::kI4) {
+      const float nb[2] = {-vbias[0] * corr[0], -vbias[1] * corr[1]};
 #pragma unroll
-    for (int mt = 0; mt < kD / 16; ++mt) {
-      ot[mt][0] *= corr[0];
-      ot[mt][1] *= corr[1];
-      ot[mt][2] *= corr[0];
-      ot[mt][3] *= corr[1];
+      for (int mt = 0; mt < kD / 16; ++mt) {
+        ot[mt][0] = fmaf(ot[mt][0], corr[0], nb[0]);
+        ot[mt][1] = fmaf(ot[mt][1], corr[1], nb[1]);
+        ot[mt][2] = fmaf(ot[mt][2], corr[0], nb[0]);
+        ot[mt][3] = fmaf(ot[mt][3], corr[1], nb[1]);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kD / 16; ++mt) {
+        ot[mt][0] *= corr[0];
+        ot[mt][1] *= corr[1];
+        ot[mt][2] *= corr[0];
+        ot[mt][3] *= corr[1];
+      }
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -373,11 +401,12 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
     const auto pair = [&](int q4, int u) -> uint32_t {
       if constexpr (L::kI4) {
-        // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side.
+        // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side,
+        // biased (1024 + code, or 1024 + 16 code for the high nibbles, ot's rows gid + 8).
         const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
         const int byte = (u / 2) % 4;
         const uint32_t two = __byte_perm(x, y, byte | ((byte + 4) << 8));
-        return u % 2 ? i4x2_to_half2_at<4>(two) : i4x2_to_half2_at<0>(two);
+        return u % 2 ? i4x2_biased_at<4>(two) : i4x2_biased_at<0>(two);
       }
       const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
       if constexpr (L::kFp8) {
@@ -397,8 +426,26 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       const uint32_t a[4] = {pair(0, 2 * mt), pair(0, 2 * mt + 1), pair(2, 2 * mt), pair(2, 2 * mt + 1)};
       mma_16816<kF16>(ot[mt], a, pb0, pb1);
     }
+    if constexpr (L::kI4) {
+      // The bias those MMAs added: 1024 times the sum of P's fp16 operands, by the same MMA.
+      float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      constexpr uint32_t k1024 = 0x64006400u;
+      mma_16816<kF16>(b, {k1024, k1024, k1024, k1024}, pb0, pb1);
+      vbias[0] = b[0];
+      vbias[1] = b[1];
+    }
   }
   cp_async_wait<0>();
+  if constexpr (L::kI4) {
+    // The last step's bias out; the high nibbles' rows (1024 + 16 code) back to one code a unit.
+#pragma unroll
+    for (int mt = 0; mt < kD / 16; ++mt) {
+      ot[mt][0] -= vbias[0];
+      ot[mt][1] -= vbias[1];
+      ot[mt][2] = (ot[mt][2] - vbias[0]) * 0.0625f;
+      ot[mt][3] = (ot[mt][3] - vbias[1]) * 0.0625f;
+    }
+  }
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
 #pragma unroll
