@@ -1,5 +1,5 @@
 // Decode attention instantiated for the bf16 KV pool (attention_instances.h).
-#include "backend/cuda/attention_decode_stream.cuh"
+#include "backend/cuda/attention_decode_stream_launch.cuh"
 
 namespace serve8 {
 
