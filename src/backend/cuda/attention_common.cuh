@@ -133,23 +133,22 @@ __device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_raw8(const void* ba
   return reinterpret_cast<const Raw8*>(base)[i / 8];
 }
 
-__device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
+// op on two fp16 pairs held as 32-bit words.
+template <typename Op>
+__device__ __forceinline__ uint32_t half2_op_bits(Op op, uint32_t a, uint32_t b) {
   __half2 x, y;
   memcpy(&x, &a, 4);
   memcpy(&y, &b, 4);
-  const __half2 r = __hsub2(x, y);
+  const __half2 r = op(x, y);
   uint32_t u;
   memcpy(&u, &r, 4);
   return u;
 }
+__device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
+  return half2_op_bits([](__half2 x, __half2 y) { return __hsub2(x, y); }, a, b);
+}
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
-  __half2 x, y;
-  memcpy(&x, &a, 4);
-  memcpy(&y, &b, 4);
-  const __half2 r = __hmul2(x, y);
-  uint32_t u;
-  memcpy(&u, &r, 4);
-  return u;
+  return half2_op_bits([](__half2 x, __half2 y) { return __hmul2(x, y); }, a, b);
 }
 __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
   __half2 x, y, z;
