@@ -178,7 +178,11 @@ def main():
         print_floors(runs, order, a.gemm_tflops)
 
     png = a.png or a.jsonl[0].rsplit(".", 1)[0] + ".png"
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("\nplot: skipped (no matplotlib here); the table above is complete")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
