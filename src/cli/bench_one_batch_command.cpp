@@ -2,7 +2,8 @@
 // as SGLang's bench_one_batch: prefill `--input-len` random tokens for each of `--batch-size`
 // sequences, then `--output-len` greedy decode steps; per batch size, the prefill latency and
 // throughput and the median decode step. `--trace-steps` splits the decode step by kernel as it
-// runs (CUPTI), `--trace-prefill` the prefill likewise; `--profile-steps` by op, graphs off, with CUDA events around each op.
+// runs (CUPTI), `--trace-prefill` the prefill likewise; `--profile-steps` by op, graphs off, with
+// CUDA events around each op.
 // `--copy-gbps` (the device copy bandwidth, read + write, measured elsewhere) adds the decode
 // step's model-bandwidth utilization: the bytes a step must read (weights, K/V) / step time / it.
 #include <algorithm>
@@ -81,8 +82,7 @@ const char* kernel_class(const std::string& k) {
 
 // Prints the traced kernels of `n` runs of `ms` each (after the caller's opening words) and keeps
 // them in j[key], with their classes' times, the device's busy time and `ms`.
-void add_kernel_split(nlohmann::json& j, const std::string& key, const std::vector<OpTime>& kernels, int n,
-                      double ms) {
+void add_kernel_split(nlohmann::json& j, const std::string& key, const std::vector<OpTime>& kernels, int n, double ms) {
   double busy = 0.0;
   std::map<std::string, double> classes;
   nlohmann::json jk = nlohmann::json::array();
@@ -215,10 +215,10 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
       e.backend->set_kernel_tracing(true);
       const auto t = Clock::now();
       prefill(*e.model, *e.kv, prompts, first, e.scheduler.max_prefill_tokens, e.model->max_seqs(), false);
-      std::vector<OpTime> kernels = charge_kernel_time(e.backend->kernel_trace());
+      const std::vector<OpTime> kernels = charge_kernel_time(e.backend->kernel_trace());  // waits for the device
       const double ms = 1e3 * seconds_since(t);
       fmt::print("  prefill kernel by kernel ({} tokens; {:.4f} ms", bs * a.input_len, ms);
-      add_kernel_split(j, "prefill_trace", std::move(kernels), 1, ms);
+      add_kernel_split(j, "prefill_trace", kernels, 1, ms);
     }
 
     if (a.profile_steps > 0) {

@@ -168,11 +168,9 @@ __device__ __forceinline__ uint32_t i8x2_to_half2(uint32_t bytes) {
   return hsub2_bits(__byte_perm(bytes, 0x6464u, kHigh ? 0x4342 : 0x4140), 0x64806480u);
 }
 // The 4-bit codes in bits kShift..kShift+3 and 16+kShift..16+kShift+3 (kShift 0 or 4) as an fp16
-// pair, exact: one lop3 ((w & mask) | 0x6400 0x6400, which the compiler would split in two) puts
-// them under fp16's exponent for 1024, as 1024 + code (less 1024) or 1024 + 16 code (times 1/16,
-// less 64), so the high nibbles need no shift.
-// i4x2_biased_at: the lop3 alone, 1024 + code (kShift 0) or 1024 + 16 code (4), for operands whose
-// bias the caller takes out of the product.
+// pair still biased, exact: one lop3 ((w & mask) | 0x6400 0x6400, which the compiler would split in
+// two) puts them under fp16's exponent for 1024, as 1024 + code or 1024 + 16 code, so the high
+// nibbles need no shift. For operands whose bias the caller takes out of the product.
 template <int kShift>
 __device__ __forceinline__ uint32_t i4x2_biased_at(uint32_t w) {
   static_assert(kShift == 0 || kShift == 4, "the low or the high nibble of bytes 0 and 2");
@@ -180,6 +178,7 @@ __device__ __forceinline__ uint32_t i4x2_biased_at(uint32_t w) {
   asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(h) : "r"(w), "r"(0x000f000fu << kShift), "r"(0x64006400u));
   return h;
 }
+// The same codes unbiased: less 1024, or times 1/16 less 64.
 template <int kShift>
 __device__ __forceinline__ uint32_t i4x2_to_half2_at(uint32_t w) {
   const uint32_t h = i4x2_biased_at<kShift>(w);

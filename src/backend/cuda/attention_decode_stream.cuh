@@ -154,17 +154,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         const auto q2 = [&](int a, int b) { return pack_half2(bf16_bits_to_float(qp[a]), bf16_bits_to_float(qp[b])); };
         qf[kc][0] = gid < g ? q2(d, d + 4) : 0u;
         qf[kc][1] = gid < g ? q2(d + 1, d + 5) : 0u;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float2 f = half2_bits_to_float2(qf[kc][r]);
-          qsum_gid += f.x + f.y;
-        }
+        const float2 f0 = half2_bits_to_float2(qf[kc][0]), f1 = half2_bits_to_float2(qf[kc][1]);
+        qsum_gid += f0.x + f0.y;
+        qsum_gid += f1.x + f1.y;
         qf[kc][1] = hmul2_bits(qf[kc][1], 0x2c002c00u);  // x 1/16
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float2 f = half2_bits_to_float2(qf[kc][r]);
-          kbias_gid += f.x + f.y;
-        }
+        const float2 g1 = half2_bits_to_float2(qf[kc][1]);
+        kbias_gid += f0.x + f0.y;
+        kbias_gid += g1.x + g1.y;
       } else {
         // One byte a value: d as the thread reads its K words; 16-bit: as ldmatrix hands them out.
         const int d0 = L::kElemBytes == 1 ? L::k_dim(t4, 4 * kc) : 16 * kc + 2 * t4;
@@ -331,22 +327,13 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       l[e] *= corr[e];
       mn[e] *= corr[e];
     }
-    if constexpr (L::kI4) {
-      const float nb[2] = {-vbias[0] * corr[0], -vbias[1] * corr[1]};
+    // int4 takes the last step's bias out in the same instruction.
+    const float nb[2] = {-vbias[0] * corr[0], -vbias[1] * corr[1]};
 #pragma unroll
-      for (int mt = 0; mt < kD / 16; ++mt) {
-        ot[mt][0] = fmaf(ot[mt][0], corr[0], nb[0]);
-        ot[mt][1] = fmaf(ot[mt][1], corr[1], nb[1]);
-        ot[mt][2] = fmaf(ot[mt][2], corr[0], nb[0]);
-        ot[mt][3] = fmaf(ot[mt][3], corr[1], nb[1]);
-      }
-    } else {
+    for (int mt = 0; mt < kD / 16; ++mt) {
 #pragma unroll
-      for (int mt = 0; mt < kD / 16; ++mt) {
-        ot[mt][0] *= corr[0];
-        ot[mt][1] *= corr[1];
-        ot[mt][2] *= corr[0];
-        ot[mt][3] *= corr[1];
+      for (int r = 0; r < 4; ++r) {
+        ot[mt][r] = L::kI4 ? fmaf(ot[mt][r], corr[r % 2], nb[r % 2]) : ot[mt][r] * corr[r % 2];
       }
     }
 #pragma unroll

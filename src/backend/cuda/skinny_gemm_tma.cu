@@ -2,8 +2,9 @@
 // warp streams stages of 128 weight rows and the token rows, 128 K elements each, by TMA into
 // 128-byte-swizzled shared memory, each stage guarded by a full and an empty mbarrier; two consumer
 // warpgroups multiply 64 weight rows each: wgmma m64nXk32 e4m3 from shared memory, or for bf16
-// tokens m64nXk16 bf16 with the weights widened to bf16 in registers (exactly: e4m3 fits bf16). A tile's K splits are
-// one cluster: each block leaves its sums in its own shared memory and adds a share of the tile from all of them.
+// tokens m64nXk16 bf16 with the weights widened to bf16 in registers (exactly: e4m3 fits bf16). A
+// tile's K splits are one cluster: each block leaves its sums in its own shared memory and adds a
+// share of the tile from all of them.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
