@@ -1,9 +1,10 @@
 // bench/attention: the attention kernels over a grid of shapes, against the machine's own copy
 // bandwidth measured in the same run (decode is memory bound) and in TFLOP/s (prefill is compute
-// bound). Every case is timed cold (the L2 is filled with other data before each run: ColdL2) and
-// checked: a sample of its rows is recomputed by the CPU reference backend from the same KV bytes.
+// bound). Every case is timed cold (the L2 is filled with other data before each run: ColdL2;
+// --l2-flush none keeps it warm) and checked: a sample of its rows is recomputed by the CPU
+// reference backend from the same KV bytes.
 //
-//   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write]
+//   bench_attention [--out results.json] [--reps N] [--quick] [--filter TEXT]... [--l2-flush read|write|none]
 //                   [--slots shuffled|contiguous] [--decode-heads 1|2] [--decode-chunk N]
 //
 // --slots: a sequence's pages of 16 slots drawn at random over the pool (default: a long-running
@@ -64,8 +65,10 @@ constexpr double kMaxKvBytes = 48.0 * (1ull << 30);
 // How the L2 is made cold before each timed run. kRead (default) reads a buffer twice the L2's
 // size, leaving it full of clean lines; kWrite overwrites the buffer with cudaMemsetAsync, as
 // before, which leaves it full of dirty lines that the timed kernel then pays to write back
-// (about the L2's size at copy speed: ~14 us on the H200, 10% of a 0.15 ms decode).
-enum class L2Flush { kRead, kWrite };
+// (about the L2's size at copy speed: ~14 us on the H200, 10% of a 0.15 ms decode). kNone leaves
+// the last run's K/V in the L2: where they fit, a kernel's time without DRAM, bound by its own
+// instructions.
+enum class L2Flush { kRead, kWrite, kNone };
 
 struct ColdL2 {
   L2Flush how = L2Flush::kRead;
@@ -73,7 +76,7 @@ struct ColdL2 {
   size_t bytes = 0;
   unsigned* sink = nullptr;
   void operator()(cudaStream_t s, int i) const {
-    if (bytes == 0) return;
+    if (bytes == 0 || how == L2Flush::kNone) return;
     if (how == L2Flush::kWrite) {
       SERVE8_CUDA_CHECK(cudaMemsetAsync(buf, i & 0xff, bytes, s));
     } else {
@@ -294,8 +297,9 @@ int run(int argc, char** argv) {
     } else if (a == "--l2-flush" && i + 1 < argc) {
       const std::string how = argv[++i];
       command += " " + how;
-      if (how != "read" && how != "write") fail("bench_attention: --l2-flush takes read or write, not '{}'", how);
-      flush_how = how == "read" ? L2Flush::kRead : L2Flush::kWrite;
+      if (how != "read" && how != "write" && how != "none")
+        fail("bench_attention: --l2-flush takes read, write or none, not '{}'", how);
+      flush_how = how == "read" ? L2Flush::kRead : how == "write" ? L2Flush::kWrite : L2Flush::kNone;
     } else if (a == "--slots" && i + 1 < argc) {
       const std::string how = argv[++i];
       command += " " + how;
@@ -320,7 +324,7 @@ int run(int argc, char** argv) {
     } else {
       fail(
           "bench_attention: unknown argument '{}' (--out FILE, --reps N, --quick, --filter TEXT..., --l2-flush "
-          "read|write, --slots shuffled|contiguous, --decode-heads 1|2, --decode-chunk N)",
+          "read|write|none, --slots shuffled|contiguous, --decode-heads 1|2, --decode-chunk N)",
           a);
     }
   }
@@ -346,9 +350,13 @@ int run(int argc, char** argv) {
   Buffer flush(be, flush_bytes), sink(be, 4);
   SERVE8_CUDA_CHECK(cudaMemsetAsync(flush.data(), 0, flush_bytes, s));
   const ColdL2 cold{flush_how, flush.data(), flush_bytes, static_cast<unsigned*>(sink.data())};
-  const char* flush_name = flush_how == L2Flush::kRead ? "read" : "write";
-  std::printf("device: %s\ncopy bandwidth: %.0f GB/s (read + write); L2 made cold before each run by a %s of %zu MiB\n",
-              be.device_description().c_str(), copy_gbs, flush_name, flush_bytes >> 20);
+  const char* flush_name = flush_how == L2Flush::kRead ? "read" : flush_how == L2Flush::kWrite ? "write" : "none";
+  std::printf("device: %s\ncopy bandwidth: %.0f GB/s (read + write); ", be.device_description().c_str(), copy_gbs);
+  if (flush_how == L2Flush::kNone) {
+    std::printf("L2 left warm between runs\n");
+  } else {
+    std::printf("L2 made cold before each run by a %s of %zu MiB\n", flush_name, flush_bytes >> 20);
+  }
 
   const Heads heads[] = {{"llama-3-8b (32/8, d128)", 32, 8, 128}, {"llama-2-13b (40/40, d128)", 40, 40, 128}};
   std::vector<Shape> shapes;
