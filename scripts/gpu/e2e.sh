@@ -11,7 +11,8 @@
 #           config that says so) against bf16 weights, the same models, bf16 and fp8_e5m2 KV, B=1
 #           and 64, 1,024-token prompts, op profile
 #   trace   bench-one-batch --trace-steps: each kernel's share of the decode step as the CUDA graph
-#           runs it, the same models, bf16 and FP8 weights, bf16 and fp8_e5m2 KV, B=1 and 64
+#           runs it, the same models, bf16 and FP8 weights, bf16 and fp8_e5m2 KV, B=1 and 64,
+#           1,024-token prompts (SERVE8_TRACE_* widen it), and bench/step_table.py's table
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
@@ -201,12 +202,13 @@ measure_copy() {
   echo "copy bandwidth ${copy} GB/s" | tee "$OUT/$1_summary.txt"
 }
 
-# one_batch STEP LABEL ARGS...: bench-one-batch on dummy weights with 1,024-token prompts and ARGS,
-# its records into STEP's JSONL and its lines, behind LABEL, into STEP's summary.
+# one_batch STEP LABEL ARGS...: bench-one-batch on dummy weights with prompts of $input_len tokens
+# (1,024 unless the caller sets it) and ARGS, its records into STEP's JSONL and its lines, behind
+# LABEL, into STEP's summary.
 one_batch() {
   local step=$1 label=$2
   shift 2
-  "$B" bench-one-batch --device cuda --load-format dummy --input-len 1024 --output-len 32 --copy-gbps "$copy" \
+  "$B" bench-one-batch --device cuda --load-format dummy --input-len "${input_len:-1024}" --output-len 32 --copy-gbps "$copy" \
     --result-filename "$OUT/${step}_bench_one_batch.jsonl" "$@" 2>>"$OUT/log.txt" |
     sed "s/^/$label: /" | tee -a "$OUT/${step}_summary.txt"
 }
@@ -254,18 +256,23 @@ PY
 }
 
 # The decode step's kernels as the graph runs them (CUPTI): GEMM, attention and other ops per step.
-# SERVE8_TRACE_MODELS / _KV / _QUANT / _BATCHES narrow it.
+# SERVE8_TRACE_MODELS / _KV / _QUANT / _BATCHES / _LENS (prompt tokens, default 1024) narrow or
+# widen it; bench/step_table.py makes bench/README's table of the records.
 trace() {
   measure_copy trace
-  for cfg in ${SERVE8_TRACE_MODELS:-llama-3-8b llama-2-13b}; do
-    for kv in ${SERVE8_TRACE_KV:-auto fp8_e5m2}; do
-      for q in ${SERVE8_TRACE_QUANT:-none fp8}; do
-        # shellcheck disable=SC2086  # the batch list is several arguments
-        one_batch trace "$cfg kv $kv weights $q" --model-path "$E/shared/configs/$cfg.json" --kv-cache-dtype "$kv" \
-          --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --trace-steps 4
+  local input_len
+  for input_len in ${SERVE8_TRACE_LENS:-1024}; do
+    for cfg in ${SERVE8_TRACE_MODELS:-llama-3-8b llama-2-13b}; do
+      for kv in ${SERVE8_TRACE_KV:-auto fp8_e5m2}; do
+        for q in ${SERVE8_TRACE_QUANT:-none fp8}; do
+          # shellcheck disable=SC2086  # the batch list is several arguments
+          one_batch trace "$cfg kv $kv weights $q prompt $input_len" --model-path "$E/shared/configs/$cfg.json" \
+            --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --trace-steps 4
+        done
       done
     done
   done
+  python3 "$root/bench/step_table.py" "$OUT/trace_bench_one_batch.jsonl" | tee -a "$OUT/trace_summary.txt"
 }
 
 # In a subshell: the clients on PYTHONPATH would shadow the machine's packages in later steps.

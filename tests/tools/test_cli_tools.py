@@ -83,6 +83,33 @@ def test_bench_one_batch_writes_results(stories, tmp_path):
     assert "median latency" in r.stdout
 
 
+def test_step_table_rows_and_ratio_from_records(stories, tmp_path):
+    """bench/step_table.py on bench-one-batch records: a row per KV dtype and batch, in run order,
+    each with its median step and MBU, and the FP8 rows' step over the bf16 row of its batch."""
+    res = tmp_path / "r.jsonl"
+    for kv in ("bf16", "fp8_e5m2"):
+        subprocess.run([BIN, "bench-one-batch", "--device", "cpu", "--model-path", str(stories), "--batch-size", "1",
+                        "2", "--input-len", "16", "--output-len", "4", "--kv-cache-dtype", kv, "--copy-gbps", "10",
+                        "--result-filename", str(res)], check=True, capture_output=True)
+    records = [json.loads(l) for l in res.read_text().splitlines()]
+    script = Path(__file__).resolve().parents[2] / "bench/step_table.py"
+    out = subprocess.run(["python3", str(script), str(res)], check=True, capture_output=True, text=True).stdout
+    rows = [l for l in out.splitlines() if l.startswith("| stories")]
+    assert len(rows) == 4
+    step = {(x["kv_cache_dtype"], x["batch_size"]): x["median_decode_latency_s"] * 1e3 for x in records}
+    for line, x in zip(rows, records):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0].endswith(", " + x["kv_cache_dtype"]) and cells[1] == "16" and cells[2] == str(x["batch_size"])
+        assert float(cells[3]) == pytest.approx(step[(x["kv_cache_dtype"], x["batch_size"])], abs=0.006)
+        assert float(cells[4].rstrip("%")) == pytest.approx(100 * x["decode_mbu"], abs=0.06)
+        assert cells[5] == cells[6] == cells[7] == "-"  # no kernel trace on the CPU
+        if x["kv_cache_dtype"] == "bf16":
+            assert cells[8] == "-"
+        else:
+            want = step[("fp8_e5m2", x["batch_size"])] / step[("bf16", x["batch_size"])]
+            assert float(cells[8]) == pytest.approx(want, abs=0.0006)
+
+
 def run_offline(args, tmp_path):
     res = tmp_path / "offline.jsonl"
     r = subprocess.run([BIN, "bench-offline", "--device", "cpu", "--result-filename", str(res)] + args,
