@@ -133,13 +133,15 @@ __device__ __forceinline__ typename KvTraits<kKv>::Raw8 load_raw8(const void* ba
   return reinterpret_cast<const Raw8*>(base)[i / 8];
 }
 
-// op on two fp16 pairs held as 32-bit words.
-template <typename Op>
-__device__ __forceinline__ uint32_t half2_op_bits(Op op, uint32_t a, uint32_t b) {
-  __half2 x, y;
-  memcpy(&x, &a, 4);
-  memcpy(&y, &b, 4);
-  const __half2 r = op(x, y);
+// op on fp16 pairs held as 32-bit words.
+template <typename Op, typename... Words>
+__device__ __forceinline__ uint32_t half2_op_bits(Op op, Words... words) {
+  const auto pair = [](uint32_t w) {
+    __half2 x;
+    memcpy(&x, &w, 4);
+    return x;
+  };
+  const __half2 r = op(pair(words)...);
   uint32_t u;
   memcpy(&u, &r, 4);
   return u;
@@ -151,14 +153,7 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   return half2_op_bits([](__half2 x, __half2 y) { return __hmul2(x, y); }, a, b);
 }
 __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
-  __half2 x, y, z;
-  memcpy(&x, &a, 4);
-  memcpy(&y, &b, 4);
-  memcpy(&z, &c, 4);
-  const __half2 r = __hfma2(x, y, z);
-  uint32_t u;
-  memcpy(&u, &r, 4);
-  return u;
+  return half2_op_bits([](__half2 x, __half2 y, __half2 z) { return __hfma2(x, y, z); }, a, b, c);
 }
 
 // Two stored int8 codes (code + 128, dtype.h), bytes 0 and 1 of the word (2 and 3 when kHigh), as
