@@ -69,12 +69,12 @@ def table(groups, order):
         s = sums[k]
         base = sums.get((model, weights, "bf16", prompt, batch))
         ratio = s["step_ms"] / base["step_ms"] if base and kv != "bf16" else None
+        mbu = "-" if s["mbu"] is None else f"{100 * s['mbu']:.1f}%"
         other = "-"
         if "other" in s:
             other = f"{s['other']:.2f} ({100 * s['other'] / s['busy']:.1f}%)" if s["busy"] else f"{s['other']:.2f}"
         rows.append(
-            f"| {model}, {weights}, {kv} | {prompt:,} | {batch} | {s['step_ms']:.2f} | "
-            f"{fmt(s['mbu'] and 100 * s['mbu'], '.1f')}{'%' if s['mbu'] is not None else ''} | "
+            f"| {model}, {weights}, {kv} | {prompt:,} | {batch} | {s['step_ms']:.2f} | {mbu} | "
             f"{fmt(s.get('gemm'), '.2f')} | {fmt(s.get('attention'), '.2f')} | {other} | {fmt(ratio, '.3f')} |")
     commits = sorted({c for s in sums.values() for c in s["commits"]})
     devices = sorted({d for s in sums.values() for d in s["devices"]})
