@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
+#include <random>
 #include <span>
 #include <tuple>
 
@@ -317,6 +319,52 @@ TEST_F(CudaBackendTest, KvStoreIsBitIdenticalToCpu) {
     }
   }
   EXPECT_THROW(gpu_->create_kv_cache({1, 2, 16, DType::kF32, 4}, KvScales::ones(1, 2)), Error);
+}
+
+// fp32 rows into FP8 pools (scale 1): the GPU's hardware conversion gives the CPU's bytes on every
+// rounding case of every exponent from far below the smallest subnormal to past the largest
+// finite value (each leading mantissa pattern with its round and sticky bits), on fp32
+// subnormals, infinities and NaNs of either sign, and on 2^20 random bit patterns.
+TEST_F(CudaBackendTest, Fp8KvStoreRoundsEveryCaseAsTheCpu) {
+  std::vector<uint32_t> bits = {0x7f800000u, 0x7f800001u, 0x7fc00000u, 0x7fffffffu, 0x00000001u, 0x007fffffu};
+  for (uint32_t e = 60; e <= 160; ++e)  // 2^-67 .. 2^33
+    for (uint32_t top = 0; top < 64; ++top)
+      for (uint32_t low : {0u, 1u, 0x100u, 0x10000u, 0x1ffffu}) bits.push_back((e << 23) | (top << 17) | low);
+  std::mt19937 gen(7);
+  for (int i = 0; i < (1 << 20); ++i) bits.push_back(static_cast<uint32_t>(gen()));
+  const size_t n0 = bits.size();
+  for (size_t i = 0; i < n0; ++i) bits.push_back(bits[i] ^ 0x80000000u);  // both signs
+  const int64_t d = 128, t = static_cast<int64_t>((bits.size() + d - 1) / d);
+  bits.resize(static_cast<size_t>(t * d), 0u);
+  HostArray x(DType::kF32, bits.size());
+  std::memcpy(x.bytes.data(), bits.data(), x.bytes.size());
+  for (DType dt : {DType::kFP8E5M2, DType::kFP8E4M3}) {
+    KvCacheConfig cfg{1, 1, static_cast<int>(d), dt, static_cast<int>(t + 1)};
+    cfg.max_context_len = static_cast<int>(t);  // every value in one sequence
+    auto gc = gpu_->create_kv_cache(cfg, KvScales::ones(1, 1));
+    auto cc = cpu_->create_kv_cache(cfg, KvScales::ones(1, 1));
+    std::vector<int32_t> slots(static_cast<size_t>(t));
+    std::iota(slots.begin(), slots.end(), 1);
+    ForwardBatch fb;
+    fb.add_sequence(0, static_cast<int>(t), std::vector<int32_t>(static_cast<size_t>(t), 0), slots);
+    gpu_->reserve_steps(StepLimits{static_cast<int>(t), 1, 1, 1, static_cast<int>(d)});
+    auto dx = to_device(*gpu_, x);
+    gpu_->kv_store(dx.view({t, 1, d}), dx.view({t, 1, d}), gpu_->upload_batch(fb, *gc), gc->layer(0));
+    cpu_->kv_store(x.view({t, 1, d}), x.view({t, 1, d}), cpu_->upload_batch(fb, *cc), cc->layer(0));
+    const Tensor g = gc->layer(0).k, c = cc->layer(0).k;
+    const HostArray got = to_host(*gpu_, g.data, dt, static_cast<size_t>(g.numel()));
+    const auto* want = static_cast<const uint8_t*>(c.data);
+    int64_t differ = 0;
+    for (size_t i = static_cast<size_t>(d); i < static_cast<size_t>((t + 1) * d); ++i) {  // slots 1..t
+      if (got.bytes[i] == want[i]) continue;
+      if (differ++ < 5) {
+        const uint32_t b = bits[i - static_cast<size_t>(d)];
+        ADD_FAILURE() << dtype_name(dt) << ": float bits 0x" << std::hex << b << " stored 0x" << int{got.bytes[i]}
+                      << ", the CPU 0x" << int{want[i]};
+      }
+    }
+    EXPECT_EQ(differ, 0) << dtype_name(dt) << ", of " << bits.size();
+  }
 }
 
 // rope_kv_store (one kernel where head_dim is a multiple of 16, the two ops otherwise; int8 and

@@ -217,18 +217,36 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
+// e4m3 / e5m2 codes of two floats (lo in bits 0-7, hi in 8-15) by one hardware conversion: round
+// to nearest even, saturating, the bytes of core/dtype.h's f32_to_e4m3 / f32_to_e5m2 on every
+// rounding case (Fp8KvStoreRoundsEveryCaseAsTheCpu); NaN takes their code, which keeps its sign.
+template <DType kFp8>
+__device__ __forceinline__ uint32_t fp8x2_codes(float lo, float hi) {
+  static_assert(kFp8 == DType::kFP8E4M3 || kFp8 == DType::kFP8E5M2, "e4m3 or e5m2");
+  uint16_t r;
+  if constexpr (kFp8 == DType::kFP8E4M3) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  }
+  uint32_t codes = r;
+  if (isnan(lo) || isnan(hi)) [[unlikely]] {
+    const auto code = [](float x) { return kFp8 == DType::kFP8E4M3 ? f32_to_e4m3(x) : f32_to_e5m2(x); };
+    codes = uint32_t{code(lo)} | (uint32_t{code(hi)} << 8);
+  }
+  return codes;
+}
+
 // FP8 rows (Backend::quantize_fp8_rows): codes are e4m3(x * fp8_row_inv(amax)), the scale
-// fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and core/dtype.h's rounding.
+// fp8_row_scale(amax); every kernel that writes FP8 rows uses these two and core/dtype.h's rounding
+// (fp8x2_codes, or f32_to_e4m3 for a lone value).
 __device__ __forceinline__ float fp8_row_inv(float amax) { return amax > 0.0f ? kE4M3Max / amax : 0.0f; }
 __device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
 __device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
-  uint2 out{0, 0};
+  uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out.x |= uint32_t{f32_to_e4m3(f[i] * inv)} << (8 * i);
-    out.y |= uint32_t{f32_to_e4m3(f[4 + i] * inv)} << (8 * i);
-  }
-  *reinterpret_cast<uint2*>(q) = out;
+  for (int i = 0; i < 4; ++i) w[i] = fp8x2_codes<DType::kFP8E4M3>(f[2 * i] * inv, f[2 * i + 1] * inv);
+  *reinterpret_cast<uint2*>(q) = uint2{w[0] | (w[1] << 16), w[2] | (w[3] << 16)};
 }
 
 }  // namespace serve8

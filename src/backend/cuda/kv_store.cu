@@ -30,38 +30,47 @@ struct StoreTraits<DType::kF16> {
   using T = uint16_t;
   __device__ static T convert(float x) { return f32_to_f16(x); }
 };
-template <>
-struct StoreTraits<DType::kFP8E5M2> {
+// FP8 converts values two at a time (fp8x2_codes: the same bytes as the lone conversion).
+template <DType kFp8>
+struct Fp8StoreTraits {
   using T = uint8_t;
-  __device__ static T convert(float x) { return f32_to_e5m2(x); }
+  __device__ static T convert(float x) { return kFp8 == DType::kFP8E4M3 ? f32_to_e4m3(x) : f32_to_e5m2(x); }
+  __device__ static uint32_t convert2(float a, float b) { return fp8x2_codes<kFp8>(a, b); }
 };
 template <>
-struct StoreTraits<DType::kFP8E4M3> {
-  using T = uint8_t;
-  __device__ static T convert(float x) { return f32_to_e4m3(x); }
-};
+struct StoreTraits<DType::kFP8E5M2> : Fp8StoreTraits<DType::kFP8E5M2> {};
+template <>
+struct StoreTraits<DType::kFP8E4M3> : Fp8StoreTraits<DType::kFP8E4M3> {};
 
-// x / scale converted to the pool's dtype. A true division, as the CPU's. NaN passes through
-// unchanged: x86 returns the NaN operand (sign and payload kept), the GPU's division would not.
+// x / scale, as the pool stores it. A true division, as the CPU's. NaN passes through unchanged:
+// x86 returns the NaN operand (sign and payload kept), the GPU's division would not.
+__device__ __forceinline__ float scaled(float x, float scale) { return isnan(x) ? x : __fdiv_rn(x, scale); }
+
+// x / scale converted to the pool's dtype.
 template <typename Traits>
 __device__ __forceinline__ typename Traits::T to_pool(float x, float scale) {
-  return Traits::convert(isnan(x) ? x : __fdiv_rn(x, scale));
+  return Traits::convert(scaled(x, scale));
 }
 
 // Eight values of a pool row, converted, in one store.
 template <typename Traits>
 __device__ __forceinline__ void store8(typename Traits::T* dst, const float (&x)[8], float scale) {
   using T = typename Traits::T;
-  alignas(16) T y[8];
+  if constexpr (sizeof(T) == 1) {
+    uint32_t w[4];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) y[j] = to_pool<Traits>(x[j], scale);
-  if constexpr (sizeof(T) == 4) {
-    reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(y)[0];
-    reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(y)[1];
-  } else if constexpr (sizeof(T) == 2) {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(y);
+    for (int i = 0; i < 4; ++i) w[i] = Traits::convert2(scaled(x[2 * i], scale), scaled(x[2 * i + 1], scale));
+    *reinterpret_cast<uint2*>(dst) = uint2{w[0] | (w[1] << 16), w[2] | (w[3] << 16)};
   } else {
-    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(y);
+    alignas(16) T y[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y[j] = to_pool<Traits>(x[j], scale);
+    if constexpr (sizeof(T) == 4) {
+      reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(y)[0];
+      reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(y)[1];
+    } else {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(y);
+    }
   }
 }
 
@@ -109,28 +118,30 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   extern __shared__ float cs[];  // cos [D/2], then sin [D/2]
   const int t = blockIdx.x;
   const int d = r.head_dim, half = d / 2;
-  rope_angles(r.positions, r.inv_freq, t, half, cs);
-  __syncthreads();
   const int per_head = d / 16;
   const int head = blockIdx.y * (kFusedThreads / per_head) + threadIdx.x / per_head;
   const int c = threadIdx.x % per_head * 8;
   const int hq = r.num_q_heads, hkv = r.num_kv_heads;
+  // k's and v's pool slot and scale, read before the angles so that their latency hides under them.
+  const bool is_v = head >= hq + hkv, is_k = head >= hq && !is_v;
+  const int h = is_v ? head - hq - hkv : is_k ? head - hq : head;
+  const bool stores = head < hq + 2 * hkv && head >= hq;
+  const int64_t slot = stores ? s.out_slots[t] : 0;
+  const float scale = stores ? (is_v ? s.v_scale : s.k_scale)[h] : 1.0f;
+  rope_angles(r.positions, r.inv_freq, t, half, cs);
+  __syncthreads();
   if (head >= hq + 2 * hkv) return;
-  const int64_t slot = s.out_slots[t];
-  if (head >= hq + hkv) {  // v: 16 values as they are
-    const int h = head - hq - hkv;
+  if (is_v) {  // v: 16 values as they are
     const TIn* src = static_cast<const TIn*>(s.v) + t * s.v_stride + int64_t{h} * d + 2 * c;
     T* dst = static_cast<T*>(s.v_pool) + kv_row(slot, h, hkv) * d + 2 * c;
     float x[8];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       A::load8(src + 8 * i, x);
-      store8<Traits>(dst + 8 * i, x, s.v_scale[h]);
+      store8<Traits>(dst + 8 * i, x, scale);
     }
     return;
   }
-  const bool is_k = head >= hq;
-  const int h = is_k ? head - hq : head;
   TIn* row = is_k ? static_cast<TIn*>(r.k) + t * r.k_stride + int64_t{h} * d
                   : static_cast<TIn*>(r.q_out) + (int64_t{t} * hq + h) * d;
   const TIn* src = is_k ? row : static_cast<const TIn*>(r.q) + t * r.q_stride + int64_t{h} * d;
@@ -143,8 +154,8 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   A::store8(row + c + half, x2);
   if (!is_k) return;
   T* dst = static_cast<T*>(s.k_pool) + kv_row(slot, h, hkv) * d;
-  store8<Traits>(dst + c, x1, s.k_scale[h]);
-  store8<Traits>(dst + c + half, x2, s.k_scale[h]);
+  store8<Traits>(dst + c, x1, scale);
+  store8<Traits>(dst + c + half, x2, scale);
 }
 
 template <typename TIn, DType kStore>
