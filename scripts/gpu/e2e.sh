@@ -265,9 +265,12 @@ trace() {
     for cfg in ${SERVE8_TRACE_MODELS:-llama-3-8b llama-2-13b}; do
       for kv in ${SERVE8_TRACE_KV:-auto fp8_e5m2}; do
         for q in ${SERVE8_TRACE_QUANT:-none fp8}; do
+          # A request table row holds the prompt, its 32 outputs and the traced steps, past the
+          # model's own length where the prompt asks for it (dummy weights: a speed run).
           # shellcheck disable=SC2086  # the batch list is several arguments
           one_batch trace "$cfg kv $kv weights $q prompt $input_len" --model-path "$E/shared/configs/$cfg.json" \
-            --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --trace-steps 4
+            --kv-cache-dtype "$kv" --quantization "$q" --batch-size ${SERVE8_TRACE_BATCHES:-1 64} --trace-steps 4 \
+            --context-length $((input_len + 64))
         done
       done
     done
