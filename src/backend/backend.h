@@ -237,6 +237,21 @@ struct Fp8Rows {
   Tensor scale;
 };
 
+// How a backend with GEMM kernels of its own and a library's picks one for a decode shape
+// (--gemm-tuning): kAuto times the shapes its measured table lacks for this device, kAll every
+// shape (the table set aside), kOff takes the table and otherwise the defaults.
+enum class GemmTuning { kAuto, kAll, kOff };
+GemmTuning parse_gemm_tuning(const std::string& name);  // "auto" | "all" | "off"
+
+// One decode GEMM shape timed both ways, per launch, back to back over the layers' own weights.
+struct GemmTiming {
+  int64_t n = 0, k = 0, m = 0;  // weights [n, k], m token rows
+  bool fp8 = false;             // e4m3 tokens and weights, else bf16
+  int layers = 0;               // launches timed (distinct weight matrices)
+  double ours_us = 0.0, library_us = 0.0;
+  bool library = false;  // the library's kernel was chosen
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -338,6 +353,14 @@ class Backend {
   // kernel_trace() waits for the device, stops and returns them. Throws where unsupported.
   virtual void set_kernel_tracing(bool on);
   virtual std::vector<KernelSpan> kernel_trace() { return {}; }
+
+  // ---- GEMM choice (optional) ----
+  virtual void set_gemm_tuning(GemmTuning mode) { (void)mode; }
+  // Around a decode step's warm-up forward (before its graph is captured): the GEMMs issued in
+  // between run as usual and are noted; end_gemm_tuning() times each noted shape with each kernel,
+  // keeps the faster for later steps and returns the timings (empty where nothing was timed).
+  virtual void begin_gemm_tuning() {}
+  virtual std::vector<GemmTiming> end_gemm_tuning() { return {}; }
 
   // ---- tensor parallelism (optional; the default throws, naming the backend) ----
   // Communicators for ranks 0..n-1, each rank on its own backend of this kind; all_reduce_sum

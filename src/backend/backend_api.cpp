@@ -6,6 +6,13 @@
 
 namespace serve8 {
 
+GemmTuning parse_gemm_tuning(const std::string& name) {
+  if (name == "auto") return GemmTuning::kAuto;
+  if (name == "all") return GemmTuning::kAll;
+  if (name == "off") return GemmTuning::kOff;
+  throw Error(fmt::format("--gemm-tuning {}: expected auto, all or off", name));
+}
+
 void ForwardBatch::clear() {
   tokens.clear();
   positions.clear();

@@ -194,6 +194,19 @@ int run_bench_one_batch(BenchOneBatchArgs a) {
                         {"total_latency_s", total},
                         {"overall_throughput", bs * static_cast<double>(a.input_len + a.output_len) / total}};
 
+    if (!e.model->gemm_timings().empty()) {
+      nlohmann::json jt = nlohmann::json::array();
+      for (const GemmTiming& t : e.model->gemm_timings())
+        jt.push_back({{"n", t.n},
+                      {"k", t.k},
+                      {"rows", t.m},
+                      {"fp8", t.fp8},
+                      {"layers", t.layers},
+                      {"serve8_us", t.ours_us},
+                      {"library_us", t.library_us},
+                      {"chosen", t.library ? "library" : "serve8"}});
+      j["gemm_timings"] = jt;
+    }
     if (a.copy_gbps > 0) {
       j["copy_gb_per_s"] = a.copy_gbps;
       j["decode_mbu"] = read_gbps / a.copy_gbps;

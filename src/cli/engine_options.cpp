@@ -79,6 +79,11 @@ void add_engine_options(CLI::App& app, EngineArgs& a) {
                  "decode steps of up to this many requests replay CUDA graphs (capped by --max-running-requests)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--disable-cuda-graph", a.disable_cuda_graph, "run every step op by op");
+  app.add_option("--gemm-tuning", a.gemm_tuning,
+                 "cuda: time serve8's skinny GEMM against cuBLASLt on each decode shape as the CUDA graphs are "
+                 "captured and keep the faster; auto: the shapes bench_gemm's table lacks for this GPU, all: every "
+                 "shape, off: the table's verdicts and the defaults")
+      ->check(CLI::IsMember({"auto", "all", "off"}));
   app.add_option("--tp-size,--tp", a.tp_size,
                  "tensor parallelism: shard the model over this many ranks, one thread each (cpu; cuda: one GPU "
                  "each over NCCL; at most the model's KV heads)")

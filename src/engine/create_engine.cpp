@@ -196,7 +196,9 @@ void run_tp_node(const EngineArgs& args) {
 EngineParts create_engine_parts(const EngineArgs& args) {
   std::string device = args.device;
   if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
+  const GemmTuning tuning = parse_gemm_tuning(args.gemm_tuning);
   std::unique_ptr<Backend> backend = create_backend(device, resolve_compute_dtype(args.dtype, device));
+  backend->set_gemm_tuning(tuning);
   spdlog::info("backend: {} ({}), compute {}", backend->name(), backend->device_description(),
                dtype_name(backend->compute_dtype()));
 
@@ -223,7 +225,12 @@ EngineParts create_engine_parts(const EngineArgs& args) {
     }
     const DType compute = backend->compute_dtype();
     model = load_tp_llama_model(
-        lo, *backend, args.tp_size, local_ranks, [&](int rank) { return create_backend(device, compute, rank); },
+        lo, *backend, args.tp_size, local_ranks, 
+        [&](int rank) {
+          std::unique_ptr<Backend> b = create_backend(device, compute, rank);
+          b->set_gemm_tuning(tuning);
+          return b;
+        },
         [&](const ModelConfig& c) {
           return gloo ? gloo->take_communicators()
                       : backend->create_communicators(args.tp_size, int64_t{max_tokens} * c.hidden_size);

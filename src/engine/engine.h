@@ -42,6 +42,7 @@ struct EngineArgs {
   uint64_t seed = 0;
   int cuda_graph_max_bs = 160;  // decode steps of up to this many requests replay CUDA graphs
   bool disable_cuda_graph = false;
+  std::string gemm_tuning = "auto";  // auto | all | off: which decode GEMM shapes are timed at start-up
   int tp_size = 1;  // tensor-parallel ranks, one thread each (CPU only for now)
   // Tensor parallelism across processes (CPU, Gloo): tp_size / nnodes ranks a process; node 0
   // schedules and serves, the others run its steps (run_tp_node).

@@ -45,6 +45,7 @@ int LlamaModel::enable_decode_graphs_rank(KvCache& kv, int max_bs) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<int> sizes = graph_batch_sizes(max_bs);
   graph_kv_ = &kv;
+  std::vector<GemmTiming> fresh;
   // Largest first: workspaces grow to their final size in its warm-up, never inside a capture.
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
     padded_.clear();
@@ -52,7 +53,12 @@ int LlamaModel::enable_decode_graphs_rank(KvCache& kv, int max_bs) {
     DecodeGraph g;
     g.batch_size = *it;
     const DeviceBatch db = backend_.upload_batch(padded_, kv);
-    forward_uploaded(db, kv);  // warm-up: lazily made plans, workspaces and GEMM heuristics
+    // Warm-up: lazily made plans, workspaces and GEMM heuristics; its GEMMs timed where the
+    // backend has no verdict for this GPU (--gemm-tuning).
+    backend_.begin_gemm_tuning();
+    forward_uploaded(db, kv);
+    const std::vector<GemmTiming> timed = backend_.end_gemm_tuning();
+    fresh.insert(fresh.end(), timed.begin(), timed.end());
     capture_graph(g, db, kv);
     if (!g.graph) {
       graphs_.clear();
@@ -63,9 +69,23 @@ int LlamaModel::enable_decode_graphs_rank(KvCache& kv, int max_bs) {
   }
   std::reverse(graphs_.begin(), graphs_.end());
   backend_.synchronize();
+  log_gemm_timings(fresh);
+  gemm_timings_.insert(gemm_timings_.end(), fresh.begin(), fresh.end());
   spdlog::info("CUDA graphs: captured {} decode batch sizes (1..{}) in {:.2f} s", graphs_.size(), max_bs,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return static_cast<int>(graphs_.size());
+}
+
+void LlamaModel::log_gemm_timings(const std::vector<GemmTiming>& timings) const {
+  if (timings.empty()) return;
+  size_t library = 0;
+  for (const GemmTiming& t : timings) {
+    library += t.library;
+    spdlog::debug("GEMM {} [{}, {}] x {} rows: serve8 {:.1f} us, library {:.1f} us a launch -> {}",
+                  t.fp8 ? "e4m3" : "bf16", t.n, t.k, t.m, t.ours_us, t.library_us, t.library ? "library" : "serve8");
+  }
+  spdlog::info("GEMM choice: {} decode shapes timed on {}; serve8's kernel takes {}, the library {}",
+               timings.size(), backend_.device_description(), timings.size() - library, library);
 }
 
 void LlamaModel::disable_decode_graphs() {

@@ -73,6 +73,8 @@ class LlamaModel {
   int enable_decode_graphs_rank(KvCache& kv, int max_bs);  // this rank's alone (TpGroup runs each)
   void disable_decode_graphs();
   static std::vector<int> graph_batch_sizes(int max_bs);
+  // The decode GEMM shapes the backend timed while the graphs were captured (--gemm-tuning).
+  const std::vector<GemmTiming>& gemm_timings() const { return gemm_timings_; }
 
   // Called after each layer's kv_store with its QKV rows [T, Hq + 2 Hkv, D] in the compute dtype:
   // the last 2 Hkv heads are the new K (after RoPE) and V (calibration records their maxima).
@@ -103,6 +105,7 @@ class LlamaModel {
   // The graph path of forward(); an empty Tensor when the batch does not qualify.
   Tensor forward_graph(const ForwardBatch& batch, KvCache& kv);
   void capture_graph(DecodeGraph& g, const DeviceBatch& db, KvCache& kv);
+  void log_gemm_timings(const std::vector<GemmTiming>& timings) const;
 
   ModelConfig config_;
   LlamaWeights weights_;
@@ -117,6 +120,7 @@ class LlamaModel {
   KvObserver kv_observer_;
   LinearObserver linear_observer_;
   std::vector<DecodeGraph> graphs_;  // ascending batch sizes
+  std::vector<GemmTiming> gemm_timings_;
   KvCache* graph_kv_ = nullptr;
   ForwardBatch padded_;  // the graph path's batch, padded to its bucket
   // Activations, sized for max_tokens_ rows.

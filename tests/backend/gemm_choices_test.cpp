@@ -55,6 +55,28 @@ TEST(Fp8GemmChoices, Bf16WeightsTakeTheSkinnyKernelOnlyWhereItWasTimedFaster) {
   EXPECT_FALSE(fp8_gemm_takes_cublaslt(h100, 4096, 4096, 16));
 }
 
+TEST(Fp8GemmChoices, TheTableCoversAMatrixOfEitherKindOnlyWhereItHasAVerdict) {
+  const auto h100 = fp8_gemm_choices_for(kTable, "H100");
+  EXPECT_TRUE(gemm_choices_cover(h100, false, 4096, 4096));
+  EXPECT_TRUE(gemm_choices_cover(h100, true, 6144, 4096));
+  EXPECT_FALSE(gemm_choices_cover(h100, true, 4096, 14336));
+  EXPECT_FALSE(gemm_choices_cover(fp8_gemm_choices_for(kTable, "H200"), true, 4096, 4096));
+  EXPECT_FALSE(gemm_choices_cover({}, false, 4096, 4096));
+}
+
+TEST(Fp8GemmChoices, ATimedShapeLeavesItsKindsDefaultOnlyForAClearWin) {
+  // bf16: cuBLASLt unless serve8's kernel is more than 1% faster.
+  EXPECT_FALSE(gemm_timing_takes_library(false, 13.2, 15.4));
+  EXPECT_TRUE(gemm_timing_takes_library(false, 19.9, 20.0));
+  EXPECT_TRUE(gemm_timing_takes_library(false, 20.0, 20.0));
+  EXPECT_TRUE(gemm_timing_takes_library(false, 21.0, 20.0));
+  // e4m3: serve8's kernel unless cuBLASLt is more than 1% faster.
+  EXPECT_FALSE(gemm_timing_takes_library(true, 13.7, 13.6));
+  EXPECT_FALSE(gemm_timing_takes_library(true, 13.0, 13.0));
+  EXPECT_TRUE(gemm_timing_takes_library(true, 15.3, 13.8));
+  EXPECT_FALSE(gemm_timing_takes_library(true, 8.5, 9.7));
+}
+
 TEST(Fp8GemmChoices, TheMeasuredTableNamesAGpuAndDecodeRows) {
   ASSERT_FALSE(fp8_gemm_choices().empty());
   for (const Fp8GemmChoice& c : fp8_gemm_choices()) {

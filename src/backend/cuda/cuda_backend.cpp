@@ -215,6 +215,7 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : 
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
   skinny_ = std::make_unique<SkinnyGemm>(props_.multiProcessorCount);
   fp8_choices_ = fp8_gemm_choices_for(fp8_gemm_choices(), props_.name);
+  table_choices_ = fp8_choices_.size();
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 
@@ -426,12 +427,14 @@ void CudaBackend::gemm(const Tensor& x, const Tensor& w, const Tensor* bias, Ten
                  dtype_name(out.dtype));
   }
   SERVE8_CHECK(k > 0 || m == 0 || n == 0, "{}: K is 0", op);
-  // A few bf16 rows: serve8's skinny kernel where bench_gemm timed it faster on this GPU.
-  if (x.dtype == DType::kBF16 && k % 16 == 0 && aligned16(x.data) && aligned16(w.data) &&
-      bf16_gemm_takes_skinny(fp8_choices_, n, k, m)) {
-    if (skinny_->run(cuda_ops::skinny_args(x, w, nullptr, bias, out, m), stream_)) return;
+  // A few bf16 rows: serve8's skinny kernel where it was timed faster on this GPU.
+  const GemmArgs library = cuda_ops::gemm_args(x, w, bias, out, m);
+  if (x.dtype == DType::kBF16 && k % 16 == 0 && aligned16(x.data) && aligned16(w.data) && m <= kSkinnyMaxRows) {
+    const SkinnyGemmArgs ours = cuda_ops::skinny_args(x, w, nullptr, bias, out, m);
+    if (noting_gemms_) note_gemm(false, ours, library);
+    if (bf16_gemm_takes_skinny(fp8_choices_, n, k, m) && skinny_->run(ours, stream_)) return;
   }
-  gemm_->run(cuda_ops::gemm_args(x, w, bias, out, m));
+  gemm_->run(library);
 }
 
 RopeParams CudaBackend::rope_params(const char* op, Tensor q, Tensor k, const Tensor& positions,

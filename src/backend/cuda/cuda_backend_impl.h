@@ -107,6 +107,10 @@ class CudaBackend final : public Backend {
   void set_kernel_tracing(bool on) override;
   std::vector<KernelSpan> kernel_trace() override;
 
+  void set_gemm_tuning(GemmTuning mode) override;
+  void begin_gemm_tuning() override;
+  std::vector<GemmTiming> end_gemm_tuning() override;
+
   cudaStream_t stream() const { return stream_; }
 
  private:
@@ -128,7 +132,23 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasLtGemm> gemm_;
   std::unique_ptr<SkinnyGemm> skinny_;
-  std::vector<Fp8GemmChoice> fp8_choices_;  // this GPU's entries of the measured table
+  // This GPU's entries of the measured table (the first table_choices_), then those timed here.
+  std::vector<Fp8GemmChoice> fp8_choices_;
+  size_t table_choices_ = 0;
+  // The GEMM calls of a warm-up step (gemm_tuning.cpp): each both ways, for end_gemm_tuning.
+  struct NotedGemm {
+    bool fp8 = false;
+    SkinnyGemmArgs ours;
+    GemmArgs library;
+  };
+  void note_gemm(bool fp8, const SkinnyGemmArgs& ours, const GemmArgs& library) {
+    noted_gemms_.push_back({fp8, ours, library});
+  }
+  // Per launch, us: the calls back to back in one graph, the median of a few replays.
+  double time_gemms_us(const std::vector<const NotedGemm*>& calls, bool library);
+  GemmTuning gemm_tuning_ = GemmTuning::kAuto;
+  bool noting_gemms_ = false;
+  std::vector<NotedGemm> noted_gemms_;
   std::unique_ptr<CudaSampler> sampler_;
   std::unique_ptr<AttentionUnit> attention_;
   OpProfiler profiler_;

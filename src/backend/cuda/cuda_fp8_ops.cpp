@@ -68,14 +68,15 @@ void CudaBackend::gemm_fp8(const Tensor& xq, const Tensor& x_scale, const Tensor
   check_fp8_gemm(op, xq, "xq", wq, w_scale, bias, out);
   const int64_t m = xq.dim(0);
   SERVE8_CHECK(x_scale.numel() == m, "{}: x_scale {} does not fit M={}", op, x_scale.shape_str(), m);
-  if (aligned16(xq.data) && aligned16(wq.data) && !fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), wq.dim(1), m)) {
-    SkinnyGemmArgs g = cuda_ops::skinny_args(xq, wq, &w_scale, bias, out, m);
-    g.x_scale = x_scale.ptr<const float>();
-    if (skinny_->run(g, stream_)) return;
-  }
   GemmArgs a = cuda_ops::gemm_args(xq, wq, bias, out, m);
   a.x_scale = x_scale.ptr<const float>();
   a.w_scale = w_scale.ptr<const float>();
+  if (aligned16(xq.data) && aligned16(wq.data)) {
+    SkinnyGemmArgs g = cuda_ops::skinny_args(xq, wq, &w_scale, bias, out, m);
+    g.x_scale = x_scale.ptr<const float>();
+    if (noting_gemms_) note_gemm(true, g, a);
+    if (!fp8_gemm_takes_cublaslt(fp8_choices_, wq.dim(0), wq.dim(1), m) && skinny_->run(g, stream_)) return;
+  }
   gemm_->run(a);
 }
 

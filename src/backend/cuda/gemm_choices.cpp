@@ -44,4 +44,15 @@ bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, i
   return c && !c->cublaslt;
 }
 
+bool gemm_choices_cover(std::span<const Fp8GemmChoice> choices, bool bf16, int64_t n, int64_t k) {
+  for (const Fp8GemmChoice& c : choices)
+    if (c.bf16 == bf16 && c.n == n && c.k == k) return true;
+  return false;
+}
+
+bool gemm_timing_takes_library(bool fp8, double ours_us, double library_us) {
+  constexpr double kMargin = 0.99;
+  return fp8 ? library_us < kMargin * ours_us : !(ours_us < kMargin * library_us);
+}
+
 }  // namespace serve8

@@ -35,4 +35,12 @@ bool fp8_gemm_takes_cublaslt(std::span<const Fp8GemmChoice> choices, int64_t n, 
 // timed at the fewest rows >= m (up to 16) says it beat cuBLASLt bf16; false where none was.
 bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, int64_t k, int64_t m);
 
+// Whether the table holds any verdict for the bf16 (or e4m3) matrix [n, k].
+bool gemm_choices_cover(std::span<const Fp8GemmChoice> choices, bool bf16, int64_t n, int64_t k);
+
+// The verdict of a shape timed at start-up (us per launch): each kind keeps its default (cuBLASLt
+// for bf16, serve8's kernels for e4m3, as without a verdict) unless the other is faster by more
+// than 1%, so that timing noise does not flip a choice from one start to the next.
+bool gemm_timing_takes_library(bool fp8, double ours_us, double library_us);
+
 }  // namespace serve8
