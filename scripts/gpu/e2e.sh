@@ -13,6 +13,9 @@
 #   trace   bench-one-batch --trace-steps: each kernel's share of the decode step as the CUDA graph
 #           runs it, the same models, bf16 and FP8 weights, bf16 and fp8_e5m2 KV, B=1 and 64,
 #           1,024-token prompts (SERVE8_TRACE_* widen it), and bench/step_table.py's table
+#   tuning  bench-one-batch with --gemm-tuning off (bench_gemm's table, the defaults) and auto (the
+#           decode GEMMs the table lacks timed at start-up), alternated, the same models, bf16 and
+#           FP8 weights, B=1/16/64, and bench/gemm_tuning_table.py's table
 #   http    the HTTP tests of tests/server against `serve8 serve --device cuda`, Llama-2-7B dummy
 #   constrained  bench/constrained at batch 64: grammar-constrained against free decode throughput
 #   gguf    SmolLM2-135M-Instruct (Q4_1 GGUF): logits and greedy ids vs transformers loading the
@@ -278,6 +281,25 @@ trace() {
   python3 "$root/bench/step_table.py" "$OUT/trace_bench_one_batch.jsonl" | tee -a "$OUT/trace_summary.txt"
 }
 
+# The decode step with --gemm-tuning off and auto (or SERVE8_TUNING_MODES), alternated
+# SERVE8_TUNING_ROUNDS times (default 2); SERVE8_TUNING_MODELS / _QUANT / _BATCHES narrow it.
+tuning() {
+  measure_copy tuning
+  local r cfg q mode
+  for ((r = 1; r <= ${SERVE8_TUNING_ROUNDS:-2}; r++)); do
+    for cfg in ${SERVE8_TUNING_MODELS:-llama-3-8b llama-2-13b}; do
+      for q in ${SERVE8_TUNING_QUANT:-none fp8}; do
+        for mode in ${SERVE8_TUNING_MODES:-off auto}; do
+          # shellcheck disable=SC2086  # the batch list is several arguments
+          one_batch tuning "$cfg weights $q gemm-tuning $mode" --model-path "$E/shared/configs/$cfg.json" \
+            --quantization "$q" --batch-size ${SERVE8_TUNING_BATCHES:-1 16 64} --gemm-tuning "$mode"
+        done
+      done
+    done
+  done
+  python3 "$root/bench/gemm_tuning_table.py" "$OUT/tuning_bench_one_batch.jsonl" | tee -a "$OUT/tuning_summary.txt"
+}
+
 # In a subshell: the clients on PYTHONPATH would shadow the machine's packages in later steps.
 http() (
   export PYTHONPATH="$E/py/clients${PYTHONPATH:+:$PYTHONPATH}"
@@ -306,8 +328,9 @@ steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=(golden hf bench http)
 for s in "${steps[@]}"; do
   case "$s" in
-    golden|hf|hf32|kvfp8|bench|mbu|fp8w|trace|http|gguf|gguf32|constrained) ;;
-    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w trace http gguf gguf32 constrained)" >&2; exit 2 ;;
+    golden|hf|hf32|kvfp8|bench|mbu|fp8w|trace|tuning|http|gguf|gguf32|constrained) ;;
+    *) echo "e2e: unknown step $s (golden hf hf32 kvfp8 bench mbu fp8w trace tuning http gguf gguf32 constrained)" >&2
+       exit 2 ;;
   esac
 done
 # Steps work in a scratch folder; $OUT receives one archive of it and the summaries, so that few

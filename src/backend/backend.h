@@ -249,7 +249,7 @@ struct GemmTiming {
   bool fp8 = false;             // e4m3 tokens and weights, else bf16
   int layers = 0;               // launches timed (distinct weight matrices)
   double ours_us = 0.0, library_us = 0.0;
-  bool library = false;  // the library's kernel was chosen
+  bool library = false;  // the library's kernel was chosen (faster by more than 3%)
 };
 
 class Backend {

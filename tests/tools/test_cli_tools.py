@@ -110,6 +110,33 @@ def test_step_table_rows_and_ratio_from_records(stories, tmp_path):
             assert float(cells[8]) == pytest.approx(want, abs=0.0006)
 
 
+def test_gemm_tuning_table_steps_per_mode(stories, tmp_path):
+    """bench/gemm_tuning_table.py on bench-one-batch records run with --gemm-tuning off and auto: a
+    row per batch with each mode's step and auto's over off's (the CPU times no GEMM shapes)."""
+    res = tmp_path / "r.jsonl"
+    for mode in ("off", "auto"):
+        subprocess.run([BIN, "bench-one-batch", "--device", "cpu", "--model-path", str(stories), "--batch-size", "1",
+                        "2", "--input-len", "16", "--output-len", "4", "--gemm-tuning", mode,
+                        "--result-filename", str(res)], check=True, capture_output=True)
+    records = [json.loads(l) for l in res.read_text().splitlines()]
+    assert all("gemm_timings" not in x for x in records)
+    step = {(x["command"].split("--gemm-tuning ")[1].split()[0], x["batch_size"]): x["median_decode_latency_s"] * 1e3
+            for x in records}
+    script = Path(__file__).resolve().parents[2] / "bench/gemm_tuning_table.py"
+    out = subprocess.run(["python3", str(script), str(res)], check=True, capture_output=True, text=True).stdout
+    rows = [[c.strip() for c in l.strip("|").split("|")] for l in out.splitlines() if l.startswith("| stories")]
+    assert [r[1] for r in rows] == ["1", "2"]
+    for cells in rows:
+        b = int(cells[1])
+        assert float(cells[2]) == pytest.approx(step[("off", b)], abs=0.006)
+        assert float(cells[3]) == pytest.approx(step[("auto", b)], abs=0.006)
+        assert float(cells[4]) == pytest.approx(step[("auto", b)] / step[("off", b)], abs=0.0006)
+        assert cells[5] == "-"
+    r = subprocess.run([BIN, "bench-one-batch", "--device", "cpu", "--model-path", str(stories), "--gemm-tuning",
+                        "sometimes"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--gemm-tuning" in r.stderr + r.stdout
+
+
 def run_offline(args, tmp_path):
     res = tmp_path / "offline.jsonl"
     r = subprocess.run([BIN, "bench-offline", "--device", "cpu", "--result-filename", str(res)] + args,

@@ -50,9 +50,9 @@ bool gemm_choices_cover(std::span<const Fp8GemmChoice> choices, bool bf16, int64
   return false;
 }
 
-bool gemm_timing_takes_library(bool fp8, double ours_us, double library_us) {
-  constexpr double kMargin = 0.99;
-  return fp8 ? library_us < kMargin * ours_us : !(ours_us < kMargin * library_us);
+bool gemm_timing_takes_library(double ours_us, double library_us) {
+  constexpr double kMargin = 0.03;  // choices.py's --margin
+  return library_us < (1.0 - kMargin) * ours_us;
 }
 
 }  // namespace serve8

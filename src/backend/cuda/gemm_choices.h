@@ -1,8 +1,9 @@
 // Which GEMM a decode shape takes on a GPU: serve8's skinny kernels, or cuBLASLt where bench_gemm
 // timed it faster. gemm_choices_table.inc holds the timings' verdicts, written by
-// bench/gemm/choices.py from bench_gemm records. FP8 (e4m3 tokens) shapes it lacks take serve8's
-// kernels, which have served them since before the table; bf16 ones cuBLASLt. Plain host code,
-// built without CUDA.
+// bench/gemm/choices.py from bench_gemm records; shapes it lacks are timed as the decode graphs
+// are captured (gemm_tuning.cpp, --gemm-tuning). Without a verdict (--gemm-tuning off, no graphs)
+// FP8 (e4m3 tokens) shapes take serve8's kernels, bf16 ones cuBLASLt. Plain host code, built
+// without CUDA.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +39,8 @@ bool bf16_gemm_takes_skinny(std::span<const Fp8GemmChoice> choices, int64_t n, i
 // Whether the table holds any verdict for the bf16 (or e4m3) matrix [n, k].
 bool gemm_choices_cover(std::span<const Fp8GemmChoice> choices, bool bf16, int64_t n, int64_t k);
 
-// The verdict of a shape timed at start-up (us per launch): each kind keeps its default (cuBLASLt
-// for bf16, serve8's kernels for e4m3, as without a verdict) unless the other is faster by more
-// than 1%, so that timing noise does not flip a choice from one start to the next.
-bool gemm_timing_takes_library(bool fp8, double ours_us, double library_us);
+// The verdict of a shape timed at start-up (us per launch), as bench/gemm/choices.py gives the
+// table's: cuBLASLt where it was faster than serve8's kernel by more than 3%.
+bool gemm_timing_takes_library(double ours_us, double library_us);
 
 }  // namespace serve8

@@ -1,7 +1,8 @@
 // Start-up timing of the decode GEMMs (--gemm-tuning): where the measured table has no verdict for
 // this GPU (the H200's bf16 shapes, a new model's), the warm-up step's own GEMM calls are timed with
 // serve8's skinny kernel and with cuBLASLt, back to back over the layers' weights in a CUDA graph as
-// a decode step runs them, and the faster is kept for the captured graphs and later steps.
+// a decode step runs them (as bench_gemm times the table's), and the verdict is kept for the
+// captured graphs and later steps.
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -96,7 +97,7 @@ std::vector<GemmTiming> CudaBackend::end_gemm_tuning() {
     t.layers = static_cast<int>(calls.size());
     t.ours_us = time_gemms_us(calls, false);
     t.library_us = time_gemms_us(calls, true);
-    t.library = gemm_timing_takes_library(fp8, t.ours_us, t.library_us);
+    t.library = gemm_timing_takes_library(t.ours_us, t.library_us);
     fp8_choices_.push_back({props_.name, n, k, m, t.library, !fp8});
     timings.push_back(t);
   }
