@@ -63,6 +63,9 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   // Under a programmatic dependent launch the kernel before this one may still be running (or its
   // writes not yet visible): nothing global is read before this wait (a no-op otherwise).
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  // The o_proj GEMM after it (the skinny kernel at up to 16 rows) may start streaming its weights
+  // once every block of this grid is running: they read DRAM while decode waits on latency.
+  allow_dependent_launch();
   DecodeBlock w;
   if (!decode_block(p, w)) return;
   const int half = threadIdx.x / 128;  // the block's head this warp serves
