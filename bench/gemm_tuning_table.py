@@ -10,10 +10,11 @@ start-up timing gave to serve8's skinny kernel and to cuBLASLt at the batch's ow
 first timed mode's gemm_timings).
 """
 import json
-import os
 import re
 import statistics
 import sys
+
+from step_table import model_name
 
 MODES = ("off", "auto", "all")
 
@@ -30,8 +31,7 @@ def main(paths):
             if not line.strip():
                 continue
             r = json.loads(line)
-            model = os.path.basename(r["model_path"].rstrip("/")).removesuffix(".json")
-            key = (model, r.get("weight_dtype", "?"), r["kv_cache_dtype"], r["batch_size"])
+            key = (model_name(r["model_path"]), r.get("weight_dtype", "?"), r["kv_cache_dtype"], r["batch_size"])
             if key not in groups:
                 groups[key] = {}
                 order.append(key)

@@ -214,8 +214,7 @@ CudaBackend::CudaBackend(DType compute, AttentionOptions options, int device) : 
   attention_ = std::make_unique<AttentionUnit>(stream_, props_.multiProcessorCount, options);
   gemm_ = std::make_unique<CublasLtGemm>(stream_);
   skinny_ = std::make_unique<SkinnyGemm>(props_.multiProcessorCount);
-  fp8_choices_ = fp8_gemm_choices_for(fp8_gemm_choices(), props_.name);
-  table_choices_ = fp8_choices_.size();
+  set_gemm_tuning(gemm_tuning_);  // this GPU's entries of the table
   sampler_ = std::make_unique<CudaSampler>(stream_);
 }
 

@@ -5,6 +5,7 @@
 // captured graphs and later steps.
 #include <algorithm>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include "backend/cuda/cuda_backend_impl.h"
@@ -78,16 +79,18 @@ std::vector<GemmTiming> CudaBackend::end_gemm_tuning() {
       calls.push_back(&c);
   }
   std::vector<GemmTiming> timings;
-  const std::vector<Fp8GemmChoice> table(fp8_choices_.begin(),
-                                          fp8_choices_.begin() + static_cast<std::ptrdiff_t>(table_choices_));
+  // The table's entries, then those timed by earlier calls; this call's verdicts join them at the end.
+  const std::span<const Fp8GemmChoice> table(fp8_choices_.data(), table_choices_);
+  const std::span<const Fp8GemmChoice> timed_before(fp8_choices_.data() + table_choices_,
+                                                    fp8_choices_.size() - table_choices_);
+  std::vector<Fp8GemmChoice> verdicts;
   for (const Key& key : order) {
     const auto [fp8, n, k, m] = key;
     if (gemm_choices_cover(table, !fp8, n, k)) continue;
-    const bool timed = std::any_of(fp8_choices_.begin() + static_cast<std::ptrdiff_t>(table_choices_),
-                                   fp8_choices_.end(), [&](const Fp8GemmChoice& c) {
-                                     return c.bf16 == !fp8 && c.n == n && c.k == k && c.rows == m;
-                                   });
-    if (timed) continue;
+    if (std::any_of(timed_before.begin(), timed_before.end(), [&](const Fp8GemmChoice& c) {
+          return c.bf16 == !fp8 && c.n == n && c.k == k && c.rows == m;
+        }))
+      continue;
     const std::vector<const NotedGemm*>& calls = groups.at(key);
     GemmTiming t;
     t.n = n;
@@ -98,9 +101,10 @@ std::vector<GemmTiming> CudaBackend::end_gemm_tuning() {
     t.ours_us = time_gemms_us(calls, false);
     t.library_us = time_gemms_us(calls, true);
     t.library = gemm_timing_takes_library(t.ours_us, t.library_us);
-    fp8_choices_.push_back({props_.name, n, k, m, t.library, !fp8});
+    verdicts.push_back({props_.name, n, k, m, t.library, !fp8});
     timings.push_back(t);
   }
+  fp8_choices_.insert(fp8_choices_.end(), verdicts.begin(), verdicts.end());
   SERVE8_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return timings;
 }
