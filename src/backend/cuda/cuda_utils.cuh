@@ -19,6 +19,15 @@ namespace serve8 {
 // (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
+// The start of a small op launched under a programmatic dependent launch (launch_dependent): its
+// blocks are resident before the kernel ahead ends, so the launch latency leaves the step; it waits
+// for that kernel's results, then lets the next kernel launch (after the wait, so no chain of
+// waiting kernels fills the SMs). In a plain launch, as there is nothing to wait for, only the latter.
+__device__ __forceinline__ void wait_then_allow_dependents() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  allow_dependent_launch();
+}
+
 // Launches kernel under a programmatic dependent launch: it may start while the kernel before it
 // runs, so it must wait (griddepcontrol.wait) before reading anything that kernel writes.
 template <typename... Params, typename... Args>

@@ -54,7 +54,7 @@ __device__ __forceinline__ void store_fp8_row(const T* row, uint8_t* q, float* s
 // barrier is needed.
 template <typename T>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_kernel(const RmsNormParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -98,7 +98,7 @@ __device__ __forceinline__ void load_weight8(const RmsNormParams& p, int i, floa
 // one round trip to memory.
 template <typename T, int kIters>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_regs_kernel(const RmsNormParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -204,7 +204,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
 template <typename T, int kVec>
 __global__ void silu_mul_kernel(const SiluMulParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using A = Act<T>;
   const int64_t per_row = p.inter / kVec;
   const int64_t n = per_row * p.rows;
@@ -230,7 +230,7 @@ __global__ void silu_mul_kernel(const SiluMulParams p) {
 // element per access, for rows silu_mul_fp8_regs_kernel does not take.
 template <typename T>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const SiluMulParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_kernel(const Sil
 // thread an access: the row stays in registers for its FP8 codes instead of being read back.
 template <typename T, int kIters>
 __global__ void __launch_bounds__(kSiluRowThreads) silu_mul_fp8_regs_kernel(const SiluMulParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -331,9 +331,9 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
                    (!p.q || aligned16(p.q));
   const int iters = (p.hidden + kRowThreads * 8 - 1) / (kRowThreads * 8);
   if (vec && aligned16(p.weight) && iters <= kMaxRegIters) {
-    with_iters(iters, [&](auto n) { rmsnorm_regs_kernel<T, n()><<<p.rows, kRowThreads, 0, stream>>>(p); });
+    with_iters(iters, [&](auto n) { launch_dependent(rmsnorm_regs_kernel<T, n()>, p.rows, kRowThreads, 0, stream, p); });
   } else {
-    rmsnorm_kernel<T><<<p.rows, kRowThreads, 0, stream>>>(p);
+    launch_dependent(rmsnorm_kernel<T>, p.rows, kRowThreads, 0, stream, p);
   }
 }
 
@@ -343,17 +343,17 @@ void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
   if (p.q) {
     const int iters = (p.inter + kSiluRowThreads * 8 - 1) / (kSiluRowThreads * 8);
     if (vec && iters <= kMaxRegIters) {
-      with_iters(iters, [&](auto n) { silu_mul_fp8_regs_kernel<T, n()><<<p.rows, kSiluRowThreads, 0, stream>>>(p); });
+      with_iters(iters, [&](auto n) { launch_dependent(silu_mul_fp8_regs_kernel<T, n()>, p.rows, kSiluRowThreads, 0, stream, p); });
     } else {
-      silu_mul_fp8_kernel<T><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
+      launch_dependent(silu_mul_fp8_kernel<T>, p.rows, kSiluRowThreads, 0, stream, p);
     }
     return;
   }
   const int threads = 256;
   if (vec) {
-    silu_mul_kernel<T, 8><<<grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream>>>(p);
+    launch_dependent(silu_mul_kernel<T, 8>, grid_for(int64_t{p.rows} * p.inter / 8, threads), threads, 0, stream, p);
   } else {
-    silu_mul_kernel<T, 1><<<grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream>>>(p);
+    launch_dependent(silu_mul_kernel<T, 1>, grid_for(int64_t{p.rows} * p.inter, threads), threads, 0, stream, p);
   }
 }
 

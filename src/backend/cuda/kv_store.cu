@@ -77,7 +77,7 @@ __device__ __forceinline__ void store8(typename Traits::T* dst, const float (&x)
 // One thread per kVec consecutive elements of one (token, head) row; K and V alike.
 template <typename TIn, DType kStore, int kVec>
 __global__ void kv_store_kernel(const KvStoreParams p) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
   using T = typename Traits::T;
@@ -111,7 +111,7 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
 // into q_out, k in place); a k or v thread stores its 16 values into the pool.
 template <typename TIn, DType kStore>
 __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const RopeParams r, const KvStoreParams s) {
-  allow_dependent_launch();
+  wait_then_allow_dependents();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
   using T = typename Traits::T;
@@ -167,9 +167,9 @@ void launch_typed(const KvStoreParams& p, cudaStream_t stream) {
   const int64_t blocks64 = (work + threads - 1) / threads;
   const int blocks = static_cast<int>(blocks64 < 65535 ? blocks64 : 65535);
   if (vec) {
-    kv_store_kernel<TIn, kStore, 8><<<blocks, threads, 0, stream>>>(p);
+    launch_dependent(kv_store_kernel<TIn, kStore, 8>, blocks, threads, 0, stream, p);
   } else {
-    kv_store_kernel<TIn, kStore, 1><<<blocks, threads, 0, stream>>>(p);
+    launch_dependent(kv_store_kernel<TIn, kStore, 1>, blocks, threads, 0, stream, p);
   }
   SERVE8_CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
@@ -179,7 +179,7 @@ void launch_fused_typed(const RopeParams& r, const KvStoreParams& s, cudaStream_
   const int heads_per_block = kFusedThreads / (r.head_dim / 16);
   const dim3 grid(r.num_tokens, (r.num_q_heads + 2 * r.num_kv_heads + heads_per_block - 1) / heads_per_block);
   const size_t smem = sizeof(float) * static_cast<size_t>(r.head_dim);
-  rope_kv_store_kernel<TIn, kStore><<<grid, kFusedThreads, smem, stream>>>(r, s);
+  launch_dependent(rope_kv_store_kernel<TIn, kStore>, grid, kFusedThreads, smem, stream, r, s);
   SERVE8_CUDA_CHECK_LAUNCH("rope_kv_store_kernel");
 }
 
