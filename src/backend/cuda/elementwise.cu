@@ -98,7 +98,6 @@ __device__ __forceinline__ void load_weight8(const RmsNormParams& p, int i, floa
 // one round trip to memory.
 template <typename T, int kIters>
 __global__ void __launch_bounds__(kRowThreads) rmsnorm_regs_kernel(const RmsNormParams p) {
-  wait_then_allow_dependents();
   using A = Act<T>;
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
@@ -106,13 +105,19 @@ __global__ void __launch_bounds__(kRowThreads) rmsnorm_regs_kernel(const RmsNorm
   T* res = p.residual ? static_cast<T*>(p.residual) + row * p.hidden : nullptr;
   T* out = static_cast<T*>(p.out) + row * p.hidden;
   float v[kIters][8], a[kIters][8], w[kIters][8];
+  // The weights are the model's: loaded while the kernel ahead still runs.
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
+    if (i < p.hidden) load_weight8(p, i, w[it]);
+  }
+  wait_then_allow_dependents();
 #pragma unroll
   for (int it = 0; it < kIters; ++it) {
     const int i = (it * kRowThreads + static_cast<int>(threadIdx.x)) * 8;
     if (i >= p.hidden) continue;
     A::load8(x + i, v[it]);
     if (res) A::load8(res + i, a[it]);
-    load_weight8(p, i, w[it]);
   }
   float ss = 0.0f;
 #pragma unroll

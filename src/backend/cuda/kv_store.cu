@@ -111,7 +111,6 @@ __global__ void kv_store_kernel(const KvStoreParams p) {
 // into q_out, k in place); a k or v thread stores its 16 values into the pool.
 template <typename TIn, DType kStore>
 __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const RopeParams r, const KvStoreParams s) {
-  wait_then_allow_dependents();
   using Traits = StoreTraits<kStore>;
   using A = Act<TIn>;
   using T = typename Traits::T;
@@ -122,7 +121,8 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   const int head = blockIdx.y * (kFusedThreads / per_head) + threadIdx.x / per_head;
   const int c = threadIdx.x % per_head * 8;
   const int hq = r.num_q_heads, hkv = r.num_kv_heads;
-  // k's and v's pool slot and scale, read before the angles so that their latency hides under them.
+  // k's and v's pool slot and scale, read before the angles so that their latency hides under them;
+  // both, and the angles, come from the step's inputs, so they are ready before the kernel ahead ends.
   const bool is_v = head >= hq + hkv, is_k = head >= hq && !is_v;
   const int h = is_v ? head - hq - hkv : is_k ? head - hq : head;
   const bool stores = head < hq + 2 * hkv && head >= hq;
@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kFusedThreads) rope_kv_store_kernel(const Rope
   const float scale = stores ? (is_v ? s.v_scale : s.k_scale)[h] : 1.0f;
   rope_angles(r.positions, r.inv_freq, t, half, cs);
   __syncthreads();
+  wait_then_allow_dependents();
   if (head >= hq + 2 * hkv) return;
   if (is_v) {  // v: 16 values as they are
     const TIn* src = static_cast<const TIn*>(s.v) + t * s.v_stride + int64_t{h} * d + 2 * c;
