@@ -251,11 +251,19 @@ __device__ __forceinline__ uint32_t fp8x2_codes(float lo, float hi) {
 // (fp8x2_codes, or f32_to_e4m3 for a lone value).
 __device__ __forceinline__ float fp8_row_inv(float amax) { return amax > 0.0f ? kE4M3Max / amax : 0.0f; }
 __device__ __forceinline__ float fp8_row_scale(float amax) { return amax > 0.0f ? amax / kE4M3Max : 1.0f; }
-__device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
+// Eight FP8 codes in one 8-byte store (q 8-byte aligned).
+template <DType kFp8>
+__device__ __forceinline__ void store_fp8x8(uint8_t* q, const float (&f)[8]) {
   uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = fp8x2_codes<DType::kFP8E4M3>(f[2 * i] * inv, f[2 * i + 1] * inv);
+  for (int i = 0; i < 4; ++i) w[i] = fp8x2_codes<kFp8>(f[2 * i], f[2 * i + 1]);
   *reinterpret_cast<uint2*>(q) = uint2{w[0] | (w[1] << 16), w[2] | (w[3] << 16)};
+}
+__device__ __forceinline__ void store_e4m3x8(uint8_t* q, const float (&f)[8], float inv) {
+  float s[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j] = f[j] * inv;
+  store_fp8x8<DType::kFP8E4M3>(q, s);
 }
 
 }  // namespace serve8

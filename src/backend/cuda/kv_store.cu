@@ -30,12 +30,12 @@ struct StoreTraits<DType::kF16> {
   using T = uint16_t;
   __device__ static T convert(float x) { return f32_to_f16(x); }
 };
-// FP8 converts values two at a time (fp8x2_codes: the same bytes as the lone conversion).
+// FP8 stores eight values at a time (store_fp8x8: the same bytes as the lone conversion).
 template <DType kFp8>
 struct Fp8StoreTraits {
   using T = uint8_t;
+  static constexpr DType kDType = kFp8;
   __device__ static T convert(float x) { return kFp8 == DType::kFP8E4M3 ? f32_to_e4m3(x) : f32_to_e5m2(x); }
-  __device__ static uint32_t convert2(float a, float b) { return fp8x2_codes<kFp8>(a, b); }
 };
 template <>
 struct StoreTraits<DType::kFP8E5M2> : Fp8StoreTraits<DType::kFP8E5M2> {};
@@ -66,10 +66,7 @@ __device__ __forceinline__ void store8(typename Traits::T* dst, const float (&x)
     for (int j = 0; j < 8; ++j) v[j] = scaled(x[j], scale);
   }
   if constexpr (sizeof(T) == 1) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = Traits::convert2(v[2 * i], v[2 * i + 1]);
-    *reinterpret_cast<uint2*>(dst) = uint2{w[0] | (w[1] << 16), w[2] | (w[3] << 16)};
+    store_fp8x8<Traits::kDType>(dst, v);
   } else {
     alignas(16) T y[8];
 #pragma unroll
