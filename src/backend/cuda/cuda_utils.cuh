@@ -19,10 +19,9 @@ namespace serve8 {
 // (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
-// The start of a small op launched under a programmatic dependent launch (launch_dependent): its
-// blocks are resident before the kernel ahead ends, so the launch latency leaves the step; it waits
-// for that kernel's results, then lets the next kernel launch (after the wait, so no chain of
-// waiting kernels fills the SMs). In a plain launch, as there is nothing to wait for, only the latter.
+// Where a small op launched under a programmatic dependent launch (launch_dependent), its blocks
+// resident before the kernel ahead ends, first needs that kernel's results: waits for them, then
+// lets the next kernel launch (after the wait, so no chain of waiting kernels fills the SMs).
 __device__ __forceinline__ void wait_then_allow_dependents() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   allow_dependent_launch();
