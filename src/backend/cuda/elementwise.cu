@@ -336,7 +336,15 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
                    (!p.q || aligned16(p.q));
   const int iters = (p.hidden + kRowThreads * 8 - 1) / (kRowThreads * 8);
   if (vec && aligned16(p.weight) && iters <= kMaxRegIters) {
-    with_iters(iters, [&](auto n) { launch_dependent(rmsnorm_regs_kernel<T, n()>, p.rows, kRowThreads, 0, stream, p); });
+    with_iters(iters, [&](auto n) {
+      if (p.q) {
+        rmsnorm_regs_kernel<T, n()><<<p.rows, kRowThreads, 0, stream>>>(p);
+      } else {
+        launch_dependent(rmsnorm_regs_kernel<T, n()>, p.rows, kRowThreads, 0, stream, p);
+      }
+    });
+  } else if (p.q) {
+    rmsnorm_kernel<T><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
     launch_dependent(rmsnorm_kernel<T>, p.rows, kRowThreads, 0, stream, p);
   }
@@ -348,9 +356,9 @@ void launch_silu_mul_typed(const SiluMulParams& p, cudaStream_t stream) {
   if (p.q) {
     const int iters = (p.inter + kSiluRowThreads * 8 - 1) / (kSiluRowThreads * 8);
     if (vec && iters <= kMaxRegIters) {
-      with_iters(iters, [&](auto n) { launch_dependent(silu_mul_fp8_regs_kernel<T, n()>, p.rows, kSiluRowThreads, 0, stream, p); });
+      with_iters(iters, [&](auto n) { silu_mul_fp8_regs_kernel<T, n()><<<p.rows, kSiluRowThreads, 0, stream>>>(p); });
     } else {
-      launch_dependent(silu_mul_fp8_kernel<T>, p.rows, kSiluRowThreads, 0, stream, p);
+      silu_mul_fp8_kernel<T><<<p.rows, kSiluRowThreads, 0, stream>>>(p);
     }
     return;
   }
