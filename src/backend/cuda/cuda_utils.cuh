@@ -19,19 +19,20 @@ namespace serve8 {
 // (griddepcontrol.wait) for its results. No effect on kernels launched plainly.
 __device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
-// Where a small op launched under a programmatic dependent launch (launch_dependent), its blocks
-// resident before the kernel ahead ends, first needs that kernel's results: waits for them, then
-// lets the next kernel launch (after the wait, so no chain of waiting kernels fills the SMs).
+// Where a small op first needs the results of the kernel ahead: under a programmatic dependent
+// launch (launch_dependent) it waits for them, then lets the next kernel launch (after the wait, so
+// no chain of waiting kernels fills the SMs); in a plain launch only the latter.
 __device__ __forceinline__ void wait_then_allow_dependents() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   allow_dependent_launch();
 }
 
-// Launches kernel under a programmatic dependent launch: it may start while the kernel before it
-// runs, so it must wait (griddepcontrol.wait) before reading anything that kernel writes.
+// Launches kernel under a programmatic dependent launch where `programmatic` (else plainly): it may
+// start while the kernel before it runs, so it must wait (griddepcontrol.wait) before reading
+// anything that kernel writes.
 template <typename... Params, typename... Args>
-void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      Args&&... args) {
+void launch_dependent_if(bool programmatic, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
@@ -41,8 +42,13 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t s
   dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &dependent;
-  config.numAttrs = 1;
+  config.numAttrs = programmatic ? 1 : 0;
   SERVE8_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      Args&&... args) {
+  launch_dependent_if(true, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // Lets kernel take smem_bytes of dynamic shared memory and returns how many of its blocks of

@@ -339,16 +339,10 @@ void launch_rmsnorm_typed(const RmsNormParams& p, cudaStream_t stream) {
   const int iters = (p.hidden + kRowThreads * 8 - 1) / (kRowThreads * 8);
   if (vec && aligned16(p.weight) && iters <= kMaxRegIters) {
     with_iters(iters, [&](auto n) {
-      if (p.q) {
-        rmsnorm_regs_kernel<T, n()><<<p.rows, kRowThreads, 0, stream>>>(p);
-      } else {
-        launch_dependent(rmsnorm_regs_kernel<T, n()>, p.rows, kRowThreads, 0, stream, p);
-      }
+      launch_dependent_if(!p.q, rmsnorm_regs_kernel<T, n()>, p.rows, kRowThreads, 0, stream, p);
     });
-  } else if (p.q) {
-    rmsnorm_kernel<T><<<p.rows, kRowThreads, 0, stream>>>(p);
   } else {
-    launch_dependent(rmsnorm_kernel<T>, p.rows, kRowThreads, 0, stream, p);
+    launch_dependent_if(!p.q, rmsnorm_kernel<T>, p.rows, kRowThreads, 0, stream, p);
   }
 }
 
