@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
   using Kv = KvTraits<kKv>;  // FP8 operands: Kv::half2_bits
   constexpr int kHeads = L::kHeads;
   constexpr bool kF16 = KvTraits<kKv>::kMmaF16;
-  constexpr int kStages = L::kStages, kStep = L::kStep, kMaxGroup = kAttentionMaxGroup;
+  constexpr int kStages = L::kStages, kStep = L::kStep, kSub = L::kSub, kMaxGroup = kAttentionMaxGroup;
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ float s_m[kHeads][4][kMaxGroup], s_l[kHeads][4][kMaxGroup];
   __shared__ float s_mn[kHeads][4][L::kI4 ? kMaxGroup : 1];  // int4: sum of p * V's row minimum
@@ -208,116 +208,127 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
     const int t0 = start + (warp + 4 * it) * kStep;
     const unsigned char* s_k = warp_ptr + (it % kStages) * L::kStageBytes;
     const unsigned char* s_v = s_k + L::kTileBytes;
-    // The thread's tokens are gid and gid + 8 of the step (S^T's rows): int8 keeps each row's fp16
-    // scale, int4 its fp16 scale and minimum.
-    float ks[2] = {1.0f, 1.0f}, kmin[2] = {}, vs[2] = {1.0f, 1.0f}, vmin[2] = {};
-    if constexpr (L::kRowParams) {
-      const uint32_t* s_par = reinterpret_cast<const uint32_t*>(s_v + L::kTileBytes);
+    // Each row's fp16 parameters, K's then V's (int8: a scale each; int4: a scale and a minimum).
+    const uint32_t* s_par = reinterpret_cast<const uint32_t*>(s_v + L::kTileBytes);
+    // The thread's tokens are gid and gid + 8 of each 16-token tile (S^T's rows). int8 keeps each
+    // row's scales from here; int4 reads its pairs where they are used.
+    float ks[kSub][2], vs[kSub][2];
+#pragma unroll
+    for (int j = 0; j < kSub; ++j) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int tok = gid + 8 * i;
-        if constexpr (L::kI4) {
-          const float2 kf = half2_bits_to_float2(s_par[2 * tok]), vf = half2_bits_to_float2(s_par[2 * tok + 1]);
-          ks[i] = kf.x;
-          kmin[i] = kf.y;
-          vs[i] = vf.x;
-          vmin[i] = vf.y;
-        } else {
-          const float2 f = half2_bits_to_float2(s_par[tok]);
-          ks[i] = f.x;
-          vs[i] = f.y;
+        ks[j][i] = vs[j][i] = 1.0f;
+        if constexpr (L::kI8) {
+          const float2 f = half2_bits_to_float2(s_par[16 * j + gid + 8 * i]);
+          ks[j][i] = f.x;
+          vs[j][i] = f.y;
         }
       }
     }
 
-    // S^T = K · Q^T for the step's 16 tokens (the MMA's rows; K's rows are the A operand as staged)
-    // and the group's heads (its 8 columns): st[0], st[1] are token gid's scores for heads 2 t4 and
-    // 2 t4 + 1, st[2], st[3] token gid + 8's. One m16n8k16 a 16-wide slice of d.
-    float st[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (L::kI4) {
-      uint32_t w[2][L::kI4KWords];
+    // S^T = K · Q^T for each tile's 16 tokens (the MMA's rows; K's rows are the A operand as
+    // staged) and the group's heads (its 8 columns): st[j][0], st[j][1] are token gid's scores for
+    // heads 2 t4 and 2 t4 + 1, st[j][2], st[j][3] token gid + 8's. One m16n8k16 a 16-wide slice of d.
+    float st[kSub][4];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = gid + 8 * i, byte = t4 * (kD / 8);
-        const unsigned char* at = s_k + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
-        if constexpr (L::kI4KWords == 4) {
-          const uint4 c = *reinterpret_cast<const uint4*>(at);
-          w[i][0] = c.x, w[i][1] = c.y, w[i][2] = c.z, w[i][3] = c.w;
-        } else {
-          const uint2 c = *reinterpret_cast<const uint2*>(at);
-          w[i][0] = c.x, w[i][1] = c.y;
+    for (int j = 0; j < kSub; ++j) {
+      st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+      const unsigned char* s_kj = s_k + 16 * j * L::kRowBytes;
+      if constexpr (L::kI4) {
+        uint32_t w[2][L::kI4KWords];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = 16 * j + gid + 8 * i, byte = t4 * (kD / 8);
+          const unsigned char* at = s_k + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
+          if constexpr (L::kI4KWords == 4) {
+            const uint4 c = *reinterpret_cast<const uint4*>(at);
+            w[i][0] = c.x, w[i][1] = c.y, w[i][2] = c.z, w[i][3] = c.w;
+          } else {
+            const uint2 c = *reinterpret_cast<const uint2*>(at);
+            w[i][0] = c.x, w[i][1] = c.y;
+          }
         }
-      }
 #pragma unroll
-      for (int kc = 0; kc < kD / 16; ++kc) {
-        // Nibbles n0 and n0 + 1 of word kc / 2 in bits 0-7 (and 16-23).
-        const int shift = 8 * (kc % 2);
-        const uint32_t w0 = w[0][kc / 2] >> shift, w1 = w[1][kc / 2] >> shift;
-        const uint32_t a[4] = {i4x2_biased_at<0>(w0), i4x2_biased_at<0>(w1), i4x2_biased_at<4>(w0),
-                               i4x2_biased_at<4>(w1)};
-        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
-      }
-    } else if constexpr (L::kFp8) {
-      uint32_t w[2][L::kKChunks * 4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = gid + 8 * i;
-#pragma unroll
-        for (int c = 0; c < L::kKChunks; ++c) {
-          const uint4 v =
-              *reinterpret_cast<const uint4*>(s_k + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, c)) * 16);
-          w[i][4 * c] = v.x;
-          w[i][4 * c + 1] = v.y;
-          w[i][4 * c + 2] = v.z;
-          w[i][4 * c + 3] = v.w;
+        for (int kc = 0; kc < kD / 16; ++kc) {
+          // Nibbles n0 and n0 + 1 of word kc / 2 in bits 0-7 (and 16-23).
+          const int shift = 8 * (kc % 2);
+          const uint32_t w0 = w[0][kc / 2] >> shift, w1 = w[1][kc / 2] >> shift;
+          const uint32_t a[4] = {i4x2_biased_at<0>(w0), i4x2_biased_at<0>(w1), i4x2_biased_at<4>(w0),
+                                 i4x2_biased_at<4>(w1)};
+          mma_16816<kF16>(st[j], a, qf[kc][0], qf[kc][1]);
         }
-      }
+      } else if constexpr (L::kFp8) {
+        uint32_t w[2][L::kKChunks * 4];
 #pragma unroll
-      for (int kc = 0; kc < kD / 16; ++kc) {
-        uint32_t a[4];
-        if constexpr (L::kI8) {
-          a[0] = i8x2_to_half2<false>(w[0][kc]);
-          a[1] = i8x2_to_half2<false>(w[1][kc]);
-          a[2] = i8x2_to_half2<true>(w[0][kc]);
-          a[3] = i8x2_to_half2<true>(w[1][kc]);
-        } else {
-          a[0] = Kv::half2_bits(w[0][kc]);
-          a[1] = Kv::half2_bits(w[1][kc]);
-          a[2] = Kv::template half2_bits<true>(w[0][kc]);
-          a[3] = Kv::template half2_bits<true>(w[1][kc]);
+        for (int i = 0; i < 2; ++i) {
+          const int r = gid + 8 * i;
+#pragma unroll
+          for (int c = 0; c < L::kKChunks; ++c) {
+            const uint4 v =
+                *reinterpret_cast<const uint4*>(s_kj + r * L::kRowBytes + L::swizzle(r, L::k_chunk(t4, c)) * 16);
+            w[i][4 * c] = v.x;
+            w[i][4 * c + 1] = v.y;
+            w[i][4 * c + 2] = v.z;
+            w[i][4 * c + 3] = v.w;
+          }
         }
-        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
-      }
-    } else {
-      // bf16/fp16: ldmatrix puts tokens 0-7 / 8-15 (lanes 0-7 / 8-15) of chunk 2 kc and then of
-      // chunk 2 kc + 1 (lanes 16-31) in the A operand's four registers.
-      const int r = lane % 16;
 #pragma unroll
-      for (int kc = 0; kc < kD / 16; ++kc) {
-        uint32_t a[4];
-        ldmatrix_x4(a, s_k + r * L::kRowBytes + L::swizzle(r, 2 * kc + lane / 16) * 16);
-        mma_16816<kF16>(st, a, qf[kc][0], qf[kc][1]);
+        for (int kc = 0; kc < kD / 16; ++kc) {
+          uint32_t a[4];
+          if constexpr (L::kI8) {
+            a[0] = i8x2_to_half2<false>(w[0][kc]);
+            a[1] = i8x2_to_half2<false>(w[1][kc]);
+            a[2] = i8x2_to_half2<true>(w[0][kc]);
+            a[3] = i8x2_to_half2<true>(w[1][kc]);
+          } else {
+            a[0] = Kv::half2_bits(w[0][kc]);
+            a[1] = Kv::half2_bits(w[1][kc]);
+            a[2] = Kv::template half2_bits<true>(w[0][kc]);
+            a[3] = Kv::template half2_bits<true>(w[1][kc]);
+          }
+          mma_16816<kF16>(st[j], a, qf[kc][0], qf[kc][1]);
+        }
+      } else {
+        // bf16/fp16: ldmatrix puts tokens 0-7 / 8-15 (lanes 0-7 / 8-15) of chunk 2 kc and then of
+        // chunk 2 kc + 1 (lanes 16-31) in the A operand's four registers.
+        const int r = lane % 16;
+#pragma unroll
+        for (int kc = 0; kc < kD / 16; ++kc) {
+          uint32_t a[4];
+          ldmatrix_x4(a, s_kj + r * L::kRowBytes + L::swizzle(r, 2 * kc + lane / 16) * 16);
+          mma_16816<kF16>(st[j], a, qf[kc][0], qf[kc][1]);
+        }
       }
     }
-    // Online softmax of heads 2 t4 and 2 t4 + 1 (column e): each lane holds two of a step's tokens,
-    // the 8 lanes of a column the rest.
+    // Online softmax of heads 2 t4 and 2 t4 + 1 (column e): each lane holds two tokens of each
+    // tile, the 8 lanes of a column the rest.
     float mx[2] = {m[0], m[1]};
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const bool valid = t0 + gid + 8 * i < end;
+    for (int j = 0; j < kSub; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        // The row's scale (and minimum times the sum of q) turn q . codes into q . k; the other
-        // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
-        float qk = st[2 * i + e];
+      for (int i = 0; i < 2; ++i) {
+        const int tok = 16 * j + gid + 8 * i;
+        const bool valid = t0 + tok < end;
+        float kmin = 0.0f;
         if constexpr (L::kI4) {
-          qk = fmaf(qk - kbias[e], ks[i], kmin[i] * qsum[e]);
-        } else if constexpr (L::kI8) {
-          qk *= ks[i];
+          const float2 kf = half2_bits_to_float2(s_par[2 * tok]);
+          ks[j][i] = kf.x;
+          kmin = kf.y;
         }
-        const float v = valid ? qk * sc : -INFINITY;
-        st[2 * i + e] = v;
-        mx[e] = fmaxf(mx[e], v);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          // The row's scale (and minimum times the sum of q) turn q . codes into q . k; the other
+          // pools' scores are q . k already (0 * qsum would not fold away: qsum may be inf).
+          float qk = st[j][2 * i + e];
+          if constexpr (L::kI4) {
+            qk = fmaf(qk - kbias[e], ks[j][i], kmin * qsum[e]);
+          } else if constexpr (L::kI8) {
+            qk *= ks[j][i];
+          }
+          const float v = valid ? qk * sc : -INFINITY;
+          st[j][2 * i + e] = v;
+          mx[e] = fmaxf(mx[e], v);
+        }
       }
     }
     float corr[2];
@@ -340,88 +351,107 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
       }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < kSub; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pe = exp2_ftz(st[2 * i + e] - mx[e]);
-        st[2 * i + e] = pe;
-        l[e] += pe;
-        if constexpr (L::kI4) mn[e] = fmaf(pe, vmin[i], mn[e]);
+      for (int i = 0; i < 2; ++i) {
+        float vmin = 0.0f;
+        if constexpr (L::kI4) {
+          const float2 vf = half2_bits_to_float2(s_par[2 * (16 * j + gid + 8 * i) + 1]);
+          vs[j][i] = vf.x;
+          vmin = vf.y;
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = exp2_ftz(st[j][2 * i + e] - mx[e]);
+          st[j][2 * i + e] = pe;
+          l[e] += pe;
+          if constexpr (L::kI4) mn[e] = fmaf(pe, vmin, mn[e]);
+        }
       }
-    }
-    // O^T += V^T · P^T. P's 8 x 8 halves (tokens 0-7, 8-15 by heads) transposed by movmatrix are
-    // P^T's operand: tokens 2 t4, 2 t4 + 1 (and + 8) of head gid. V's row scales fold into P
-    // (int8, int4); l stays the sum of p.
-    const uint32_t pb0 = movmatrix_trans(pack_operand<kF16>(st[0] * vs[0], st[1] * vs[0])),
-                   pb1 = movmatrix_trans(pack_operand<kF16>(st[2] * vs[1], st[3] * vs[1]));
-    constexpr int kVw = L::kI4 ? (L::kI4VBytes + 3) / 4 : L::kVWords;
-    uint32_t vw[4][kVw];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9
+      // O^T += V^T · P^T. P's 8 x 8 halves (tokens 0-7, 8-15 by heads) transposed by movmatrix are
+      // P^T's operand: tokens 2 t4, 2 t4 + 1 (and + 8) of head gid. V's row scales fold into P
+      // (int8, int4); l stays the sum of p.
+      const uint32_t pb0 = movmatrix_trans(pack_operand<kF16>(st[j][0] * vs[j][0], st[j][1] * vs[j][0])),
+                     pb1 = movmatrix_trans(pack_operand<kF16>(st[j][2] * vs[j][1], st[j][3] * vs[j][1]));
+      constexpr int kVw = L::kI4 ? (L::kI4VBytes + 3) / 4 : L::kVWords;
+      uint32_t vw[4][kVw];  // rows 2 t4, 2 t4 + 1, 2 t4 + 8, 2 t4 + 9 of tile j
 #pragma unroll
-    for (int q4 = 0; q4 < 4; ++q4) {
-      const int r = 2 * t4 + (q4 & 1) + (q4 >> 1) * 8;
-      const unsigned char* row = s_v + r * L::kRowBytes;
-      if constexpr (L::kI4) {
-        const int byte = gid * L::kI4VBytes;
-        const unsigned char* at = row + L::swizzle(r, byte / 16) * 16 + byte % 16;
-        if constexpr (kVw == 2) {
-          const uint2 c = *reinterpret_cast<const uint2*>(at);
+      for (int q4 = 0; q4 < 4; ++q4) {
+        const int r = 16 * j + 2 * t4 + (q4 & 1) + (q4 >> 1) * 8;
+        const unsigned char* row = s_v + r * L::kRowBytes;
+        if constexpr (L::kI4) {
+          const int byte = gid * L::kI4VBytes;
+          const unsigned char* at = row + L::swizzle(r, byte / 16) * 16 + byte % 16;
+          if constexpr (kVw == 2) {
+            const uint2 c = *reinterpret_cast<const uint2*>(at);
+            vw[q4][0] = c.x;
+            vw[q4][1] = c.y;
+          } else {
+            vw[q4][0] = *reinterpret_cast<const uint32_t*>(at);
+          }
+        } else if constexpr (L::kVWords == 2) {  // one byte a value, head dim 64: 8 bytes
+          const int byte = L::v_byte(gid, 0);
+          const uint2 c = *reinterpret_cast<const uint2*>(row + L::swizzle(r, byte / 16) * 16 + byte % 16);
           vw[q4][0] = c.x;
           vw[q4][1] = c.y;
         } else {
-          vw[q4][0] = *reinterpret_cast<const uint32_t*>(at);
-        }
-      } else if constexpr (L::kVWords == 2) {  // one byte a value, head dim 64: 8 bytes
-        const int byte = L::v_byte(gid, 0);
-        const uint2 c = *reinterpret_cast<const uint2*>(row + L::swizzle(r, byte / 16) * 16 + byte % 16);
-        vw[q4][0] = c.x;
-        vw[q4][1] = c.y;
-      } else {
 #pragma unroll
-        for (int wd = 0; wd < L::kVWords; wd += 4) {
-          const int byte = L::v_byte(gid, wd);
-          const uint4 c = *reinterpret_cast<const uint4*>(row + L::swizzle(r, byte / 16) * 16);
-          vw[q4][wd] = c.x;
-          vw[q4][wd + 1] = c.y;
-          vw[q4][wd + 2] = c.z;
-          vw[q4][wd + 3] = c.w;
+          for (int wd = 0; wd < L::kVWords; wd += 4) {
+            const int byte = L::v_byte(gid, wd);
+            const uint4 c = *reinterpret_cast<const uint4*>(row + L::swizzle(r, byte / 16) * 16);
+            vw[q4][wd] = c.x;
+            vw[q4][wd + 1] = c.y;
+            vw[q4][wd + 2] = c.z;
+            vw[q4][wd + 3] = c.w;
+          }
         }
       }
-    }
-    // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
-    const auto pair = [&](int q4, int u) -> uint32_t {
-      if constexpr (L::kI4) {
-        // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side,
-        // biased (1024 + code, or 1024 + 16 code for the high nibbles, ot's rows gid + 8).
-        const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
-        const int byte = (u / 2) % 4;
-        const uint32_t two = __byte_perm(x, y, byte | ((byte + 4) << 8));
-        return u % 2 ? i4x2_biased_at<4>(two) : i4x2_biased_at<0>(two);
-      }
-      const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
-      if constexpr (L::kFp8) {
-        // The two tokens' bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
-        const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
-        if constexpr (L::kI8) {
-          return u % 2 ? i8x2_to_half2<true>(two) : i8x2_to_half2<false>(two);
+      // Value u of two tokens' rows (q4 pair 0: tokens 2 t4, +1; pair 1: 2 t4 + 8, +9) as one operand.
+      const auto pair = [&](int q4, int u) -> uint32_t {
+        if constexpr (L::kI4) {
+          // Value u is nibble u % 2 of byte u / 2 of the run: the two tokens' nibbles side by side,
+          // biased (1024 + code, or 1024 + 16 code for the high nibbles, ot's rows gid + 8).
+          const uint32_t x = vw[q4][u / 8], y = vw[q4 + 1][u / 8];
+          const int byte = (u / 2) % 4;
+          const uint32_t two = __byte_perm(x, y, byte | ((byte + 4) << 8));
+          return u % 2 ? i4x2_biased_at<4>(two) : i4x2_biased_at<0>(two);
+        }
+        const uint32_t x = vw[q4][u * L::kElemBytes / 4], y = vw[q4 + 1][u * L::kElemBytes / 4];
+        if constexpr (L::kFp8) {
+          // The two tokens' bytes interleaved, [x0 y0 x1 y1] or [x2 y2 x3 y3] (shared by two u).
+          const uint32_t two = __byte_perm(x, y, u % 4 < 2 ? 0x5140 : 0x7362);
+          if constexpr (L::kI8) {
+            return u % 2 ? i8x2_to_half2<true>(two) : i8x2_to_half2<false>(two);
+          } else {
+            return u % 2 ? Kv::template half2_bits<true>(two) : Kv::half2_bits(two);
+          }
         } else {
-          return u % 2 ? Kv::template half2_bits<true>(two) : Kv::half2_bits(two);
+          return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);
         }
-      } else {
-        return __byte_perm(x, y, u % 2 ? 0x7632 : 0x5410);
-      }
-    };
+      };
 #pragma unroll
-    for (int mt = 0; mt < kD / 16; ++mt) {
-      const uint32_t a[4] = {pair(0, 2 * mt), pair(0, 2 * mt + 1), pair(2, 2 * mt), pair(2, 2 * mt + 1)};
-      mma_16816<kF16>(ot[mt], a, pb0, pb1);
-    }
-    if constexpr (L::kI4) {
-      // The bias those MMAs added: 1024 times the sum of P's fp16 operands, by the same MMA.
-      float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      constexpr uint32_t k1024 = 0x64006400u;
-      mma_16816<kF16>(b, {k1024, k1024, k1024, k1024}, pb0, pb1);
-      vbias[0] = b[0];
-      vbias[1] = b[1];
+      for (int mt = 0; mt < kD / 16; ++mt) {
+        const uint32_t a[4] = {pair(0, 2 * mt), pair(0, 2 * mt + 1), pair(2, 2 * mt), pair(2, 2 * mt + 1)};
+        mma_16816<kF16>(ot[mt], a, pb0, pb1);
+      }
+      if constexpr (L::kI4) {
+        // The bias those MMAs added: 1024 times the sum of P's fp16 operands, by the same MMA.
+        // An earlier tile's comes out at once so the MMAs never round against two tiles' bias;
+        // the last one's leaves at the next rescale.
+        constexpr uint32_t k1024 = 0x64006400u;
+        float b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_16816<kF16>(b, {k1024, k1024, k1024, k1024}, pb0, pb1);
+        if (j + 1 < kSub) {
+#pragma unroll
+          for (int mt = 0; mt < kD / 16; ++mt) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) ot[mt][r] -= b[r % 2];
+          }
+        } else {
+          vbias[0] = b[0];
+          vbias[1] = b[1];
+        }
+      }
     }
   }
   cp_async_wait<0>();

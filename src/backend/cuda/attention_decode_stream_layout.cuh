@@ -39,7 +39,10 @@ struct DecodeStream {
   static constexpr int kChunks = kRowBytes / 16;                    // 16-byte chunks per row: 2 to 16
   static constexpr int kValsPerChunk = kI4 ? 32 : 16 / kElemBytes;
   static constexpr int kSwizzle = (kChunks < 8 ? kChunks : 8) - 1;
-  static constexpr int kStep = 16;  // tokens per warp step: the k extent of one P·V MMA
+  // Tokens per warp step: kSub tiles of 16, the k extent of one P·V MMA. int4's 16-token tile
+  // moves half FP8's bytes; two a step share one softmax update, rescale and set of copies.
+  static constexpr int kSub = kI4 ? 2 : 1;
+  static constexpr int kStep = 16 * kSub;
   static constexpr int kTileBytes = kStep * kRowBytes;
   // Per row pair K's parameters, then V's (fp16): int8 a scale each, int4 a scale and a minimum.
   static constexpr int kParamPairBytes = 2 * kv_row_param_bytes(kKv);
@@ -47,7 +50,7 @@ struct DecodeStream {
   static constexpr int kStageBytes = 2 * kTileBytes + kParamBytes;
   // Bytes in flight: 4 blocks of 4 warps per SM with 2 FP8 steps ahead each, or 2 blocks with 2
   // bf16 steps ahead, keep 128 KB of loads outstanding per SM (about 30 KB cover the latency).
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kI4 ? 2 : 3;
   static constexpr int kWarps = 4;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   // KV heads per block, 4 warps each (decode_heads_per_block picks 2 for FP8 on large grids).
