@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(DecodeStream<kKv, kD, kHeadsPerBlock>::kThread
         uint32_t w[2][L::kI4KWords];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int r = 16 * j + gid + 8 * i, byte = t4 * (kD / 8);
-          const unsigned char* at = s_k + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
+          const int r = gid + 8 * i, byte = t4 * (kD / 8);
+          const unsigned char* at = s_kj + r * L::kRowBytes + L::swizzle(r, byte / 16) * 16 + byte % 16;
           if constexpr (L::kI4KWords == 4) {
             const uint4 c = *reinterpret_cast<const uint4*>(at);
             w[i][0] = c.x, w[i][1] = c.y, w[i][2] = c.z, w[i][3] = c.w;
