@@ -2,13 +2,13 @@
 //
 // Decode is a gather of K/V rows at memory speed; everything else must hide under it. 4 warps of a
 // block serve one (split, sequence, KV head) (an FP8 block on a large grid has 8 warps for two KV
-// heads: kHeads), and each warp works alone through its own
-// 16-token steps (steps w, w + 4, ... of the split) with kStages steps in flight: it issues the
+// heads: kHeads), and each warp works alone through its own steps of 16 tokens (int4: 32, two
+// 16-token tiles; steps w, w + 4, ... of the split) with kStages steps in flight: it issues the
 // 16-byte cp.async copies of step i + kStages - 1 (the raw stored bytes: FP8 moves half the bytes
 // of bf16) before computing step i, and synchronizes only within itself. Page offsets are read
 // once per step, one lane per row, and shuffled to the lanes that copy the row.
 //
-// The step's 16 tokens are the rows of an MMA tile (m16n8k16) and the group's query heads its 8
+// A tile's 16 tokens are the rows of an MMA tile (m16n8k16) and the group's query heads its 8
 // columns, so one K/V row serves the whole GQA group: S^T = K Q^T takes the K rows as the A operand
 // (one MMA per 16 d, no zero rows), and O^T = V^T P^T (d as MMA rows, heads as columns) takes P^T,
 // which movmatrix transposes out of S^T's accumulators. Operands are built in registers straight
